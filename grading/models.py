@@ -1,0 +1,1 @@
+"""Grading models (tasks, certifications, gradings) — built in a later increment."""

@@ -1,0 +1,5 @@
+"""URL routes of this app."""
+
+from __future__ import annotations
+
+urlpatterns: list = []

@@ -1,0 +1,20 @@
+"""Every label and annotation key Sandman puts on what it creates, in one place.
+
+A pod that carries ``MANAGED_BY=VALUE_MANAGED_BY`` is Sandman's; the sweep and the
+reconciler only ever touch pods that carry it. Never rename these: running clusters
+hold pods labelled with them.
+"""
+
+from __future__ import annotations
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+VALUE_MANAGED_BY = "sandman"
+JOB = "sandman.dev/job"
+ROLE = "sandman.dev/role"
+KEY = "sandman.dev/key"
+SANDBOX = "sandman.dev/sandbox"
+EGRESS = "sandman.dev/egress"
+# Set when a sandbox is handed to an agent: a late pod carrying it is never made warm.
+AGENT = "sandman.dev/agent"
+NONCE_ANNOTATION = "sandman.dev/nonce"
+ANCHOR_KIND = "ConfigMap"

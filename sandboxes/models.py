@@ -1,0 +1,176 @@
+"""Jobs, sandboxes (pods), their event timelines, acquisitions and pending deletes.
+
+Everything that must survive a restart of the controller lives here: a sandbox row
+exists BEFORE its create is sent (state ``requested``, with its name and nonce), so a
+restart can always find, adopt or delete what the backend holds. State changes go
+through ``sandboxes.services`` only (transition maps in ``sandboxes.states``).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from sandboxes.states import (
+    AcquisitionOutcome,
+    Egress,
+    JobState,
+    Role,
+    SandboxSource,
+    SandboxState,
+)
+
+
+class Job(models.Model):
+    """A training job: the owner of one pool and of every sandbox it creates."""
+
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="sandman_jobs"
+    )
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.ACTIVE)
+    trainer_pod_name = models.CharField(max_length=253, blank=True, default="")
+    trainer_pod_uid = models.CharField(max_length=64, blank=True, default="")
+    # Pacing: a token bucket per job (creates per second, burst).
+    rate_per_s = models.FloatField(default=25.0)
+    burst = models.PositiveIntegerField(default=25)
+    max_live = models.PositiveIntegerField(default=256)
+    max_creating = models.PositiveIntegerField(default=64)
+    warm_per_key = models.PositiveIntegerField(default=0)
+    idle_timeout_s = models.FloatField(default=300.0)
+    readiness_budget_s = models.FloatField(default=120.0)
+    max_lifetime_s = models.FloatField(default=1800.0)
+    egress = models.CharField(max_length=8, choices=Egress.choices, default=Egress.DENY)
+    reuse_enabled = models.BooleanField(default=False)
+    reuse_max_uses = models.PositiveIntegerField(default=8)
+    created_at = models.DateTimeField()
+    drained_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "state"])]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name}"
+
+
+class Sandbox(models.Model):
+    """One sandbox (a pod on Kubernetes, an execd process locally)."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="sandboxes")
+    name = models.CharField(max_length=63, unique=True)
+    nonce = models.CharField(max_length=64)
+    token = models.CharField(max_length=128)
+    backend = models.CharField(max_length=16)
+    backend_uid = models.CharField(max_length=64, blank=True, default="")
+    backend_ref = models.CharField(max_length=512, blank=True, default="")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.ROLLOUT)
+    state = models.CharField(
+        max_length=16, choices=SandboxState.choices, default=SandboxState.REQUESTED
+    )
+    source = models.CharField(max_length=16, choices=SandboxSource.choices, blank=True, default="")
+    image = models.CharField(max_length=512)
+    base_commit = models.CharField(max_length=64, blank=True, default="")
+    cpu_millis = models.PositiveIntegerField()
+    memory_bytes = models.BigIntegerField()
+    workspace_bytes = models.BigIntegerField(null=True, blank=True)
+    key_hash = models.CharField(max_length=32)
+    egress = models.CharField(max_length=8, choices=Egress.choices, default=Egress.DENY)
+    address = models.CharField(max_length=128, blank=True, default="")
+    node = models.CharField(max_length=253, blank=True, default="")
+    guards = models.JSONField(default=dict, blank=True)
+    reuse_count = models.PositiveIntegerField(default=0)
+    address_failures = models.PositiveIntegerField(default=0)
+    image_present = models.BooleanField(null=True, blank=True)
+    pull_ms = models.FloatField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True, default="")
+    # Set once an agent had it: such a sandbox is never made warm again.
+    agent_used = models.BooleanField(default=False)
+    # Timestamps of ARCHITECTURE.md §7 (those the backend can know).
+    requested_at = models.DateTimeField()
+    api_created_at = models.DateTimeField(null=True, blank=True)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    address_assigned_at = models.DateTimeField(null=True, blank=True)
+    image_pulled_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    healthy_at = models.DateTimeField(null=True, blank=True)
+    acquired_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    deleting_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["job", "state"]),
+            models.Index(fields=["state", "key_hash"]),
+            models.Index(fields=["ready_at"]),
+            models.Index(fields=["requested_at"]),
+            models.Index(fields=["backend", "state"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SandboxEvent(models.Model):
+    """One entry of a sandbox's timeline (state changes, failures, reclaim, health)."""
+
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=48)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["sandbox", "at"]), models.Index(fields=["kind", "at"])]
+        ordering = ["at", "id"]
+
+
+class Acquisition(models.Model):
+    """One acquire call: its queue wait (pacer), create time, total and outcome."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="acquisitions")
+    sandbox = models.ForeignKey(
+        Sandbox, on_delete=models.SET_NULL, null=True, blank=True, related_name="acquisitions"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.ROLLOUT)
+    image = models.CharField(max_length=512)
+    key_hash = models.CharField(max_length=32)
+    outcome = models.CharField(
+        max_length=16, choices=AcquisitionOutcome.choices, default=AcquisitionOutcome.PENDING
+    )
+    source = models.CharField(max_length=16, choices=SandboxSource.choices, blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    queue_ms = models.FloatField(null=True, blank=True)
+    create_ms = models.FloatField(null=True, blank=True)
+    wait_ms = models.FloatField(null=True, blank=True)
+    detail = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["job", "started_at"]),
+            models.Index(fields=["outcome", "started_at"]),
+            models.Index(fields=["started_at"]),
+        ]
+
+
+class PendingDelete(models.Model):
+    """A delete not yet confirmed by the backend; the controller retries until it is.
+
+    Written in the same transaction that moves a sandbox to ``deleting`` (or when an
+    ambiguous create left an identity), removed only once the backend confirms.
+    """
+
+    name = models.CharField(max_length=63, unique=True)
+    backend = models.CharField(max_length=16)
+    backend_uid = models.CharField(max_length=64, blank=True, default="")
+    nonce = models.CharField(max_length=64, blank=True, default="")
+    sandbox = models.ForeignKey(
+        Sandbox, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    reason = models.CharField(max_length=64)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField()

@@ -1,0 +1,125 @@
+"""The provider contract: what the pool may ask of a backend, and what it gets back.
+
+Every backend (``local``, ``kubernetes``) implements :class:`Provider`. Above this line
+nothing sees a raw Kubernetes object or a process handle: only these frozen dataclasses.
+
+Ordering rules a backend must keep (paper §4.4, Appendix F):
+* ``create`` runs to settlement. Once the request may have reached the backend, the
+  caller's cancellation must not abandon it: the backend either returns a ``Handle`` or
+  raises with the pod's identity (``ProviderError.extra["name"]``) after making sure the
+  pod is gone or recorded for deletion. The pool shields ``create`` from cancellation.
+* After an ambiguous answer (5xx, connection reset) ``create`` reads the pod back by its
+  pre-assigned name and deletes it only if it carries this spec's nonce. A 409 for a pod
+  without our nonce is ``ProviderConflict`` and the pod is left alone.
+* ``destroy`` is idempotent: "already gone" is success. A failure raises; the caller
+  keeps the handle in its pending-delete set and retries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    """Who garbage-collects the pod if Sandman is gone: the trainer pod or a job anchor."""
+
+    kind: str
+    name: str
+    uid: str
+    api_version: str = "v1"
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs to create one sandbox. ``name`` is pre-assigned."""
+
+    name: str
+    nonce: str
+    token: str
+    job_id: int
+    role: str  # "rollout" | "grading"
+    image: str
+    base_commit: str | None
+    cpu_millis: int
+    memory_bytes: int
+    workspace_bytes: int | None
+    egress: str  # "deny" | "allow"
+    key_hash: str
+    owner: OwnerRef | None = None
+    # Extra labels a backend should attach (already includes none of labels.py's keys).
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Handle:
+    """A create the backend accepted. ``uid`` is the backend's identity when it has one."""
+
+    name: str
+    nonce: str
+    backend: str
+    uid: str = ""
+    # Backend-private locator (a pid, a workspace path); opaque to the pool.
+    ref: str = ""
+
+
+@dataclass(frozen=True)
+class ReadyInfo:
+    """What the backend learned while the sandbox became Ready.
+
+    ``address`` is ``host:port`` of execd: the pod IP, never a Service.
+    ``timeline`` maps event names of ARCHITECTURE.md §7 (``api_created``, ``scheduled``,
+    ``address_assigned``, ``image_pulled``, ``started``, ``ready``) to tz-aware UTC times.
+    """
+
+    address: str
+    node: str = ""
+    guards: dict[str, object] = field(default_factory=dict)
+    timeline: dict[str, dt.datetime] = field(default_factory=dict)
+    image_present: bool | None = None
+    pull_ms: float | None = None
+    address_failures: int = 0
+
+
+@dataclass(frozen=True)
+class OwnedSandbox:
+    """A sandbox the backend holds that carries Sandman's managed-by label."""
+
+    name: str
+    uid: str
+    nonce: str
+    job_id: int | None
+    role: str
+    phase: str
+    created: dt.datetime | None = None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    async def create(self, spec: SandboxSpec) -> Handle:
+        """Create the sandbox; return once the backend has stored it (not once Ready)."""
+        ...
+
+    async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
+        """Wait until execd answers health, or raise ``SandboxNotReady`` after budget_s."""
+        ...
+
+    async def health(self, handle: Handle, address: str, token: str) -> bool:
+        """One execd health check at ``address``; False on any failure."""
+        ...
+
+    async def destroy(self, handle: Handle) -> None:
+        """Delete the sandbox until confirmed gone. Idempotent."""
+        ...
+
+    async def list_owned(self) -> list[OwnedSandbox]:
+        """Every sandbox carrying Sandman's managed-by label, whoever created it."""
+        ...
+
+    async def close(self) -> None:
+        """Release clients, threads and child processes."""
+        ...

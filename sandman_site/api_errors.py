@@ -1,0 +1,65 @@
+"""DRF exception handler: every error leaves as ``{"error": code, "detail": sentence}``.
+
+Sandman errors carry their own code and status; DRF's own errors (validation, auth,
+404, method) are mapped to stable codes. Anything else is left to Django (a 500 is a bug).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from sandman_site.errors import SandmanError
+
+_DRF_CODES = {
+    exceptions.ValidationError: "invalid",
+    exceptions.ParseError: "malformed_json",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "forbidden",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.Throttled: "throttled",
+}
+
+
+def _sentence(detail: Any) -> str:
+    if isinstance(detail, dict):
+        parts = []
+        for field, value in detail.items():
+            parts.append(f"{field}: {_sentence(value)}")
+        return "; ".join(parts)
+    if isinstance(detail, list):
+        return " ".join(_sentence(d) for d in detail)
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, SandmanError):
+        body = {"error": exc.code, "detail": exc.message}
+        if exc.extra:
+            body["extra"] = exc.extra
+        return Response(body, status=exc.status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    code = "error"
+    for klass, name in _DRF_CODES.items():
+        if isinstance(exc, klass):
+            code = name
+            break
+    body: dict[str, Any] = {"error": code, "detail": _sentence(getattr(exc, "detail", exc))}
+    if isinstance(exc, exceptions.ValidationError):
+        body["fields"] = exc.detail
+    response.data = body
+    return response

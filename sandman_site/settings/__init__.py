@@ -1,0 +1,1 @@
+"""Layered settings: base, then dev / test / production on top."""

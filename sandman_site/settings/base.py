@@ -1,0 +1,141 @@
+"""Settings shared by every deployment of Sandman.
+
+Values come from the environment through ``sandman_site.env`` only. Layers on top
+(``dev``, ``test``, ``production``) change defaults, never the names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly
+
+from sandman_site.env import database_from_url, env_bool, env_float, env_int, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = Path(env_str("SANDMAN_VAR_DIR", str(BASE_DIR / "var")))
+
+SECRET_KEY = env_str("SANDMAN_SECRET_KEY", "dev-insecure-sandman-key-change-me")
+DEBUG = env_bool("SANDMAN_DEBUG", False)
+ALLOWED_HOSTS = [h for h in env_str("SANDMAN_ALLOWED_HOSTS", "*").split(",") if h]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "channels",
+    "sandboxes",
+    "grading",
+    "incidents",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "sandman_site.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "sandman_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": database_from_url(
+        env_str("DATABASE_URL"), sqlite_default=VAR_DIR / "sandman.sqlite3"
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+# Plotly's JS comes from the installed package (no CDN): /static/plotly/plotly.min.js
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("plotly", Path(plotly.__file__).resolve().parent / "package_data"),
+]
+
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "EXCEPTION_HANDLER": "sandman_site.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sandman API",
+    "DESCRIPTION": "Sandboxes for agentic RL: jobs, acquisitions, gradings, incidents.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+CHANNEL_LAYERS = {
+    "default": (
+        {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [env_str("SANDMAN_REDIS_URL")]},
+        }
+        if env_str("SANDMAN_REDIS_URL")
+        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+    )
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("SANDMAN_LOG_LEVEL", "INFO")},
+}
+
+# --- Sandman ---------------------------------------------------------------------------
+SANDMAN_BACKEND = env_str("SANDMAN_BACKEND", "local")
+SANDMAN_NAMESPACE = env_str("SANDMAN_NAMESPACE", "sandman")
+SANDMAN_KUBECONFIG = env_str("KUBECONFIG")
+SANDMAN_IMAGES_DIR = Path(env_str("SANDMAN_IMAGES_DIR", str(VAR_DIR / "images")))
+SANDMAN_SANDBOX_ROOT = Path(env_str("SANDMAN_SANDBOX_ROOT", str(VAR_DIR / "sandboxes")))
+SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)
+SANDMAN_CLUSTER_CREATE_BURST = env_int("SANDMAN_CLUSTER_CREATE_BURST", 100)
+# Start the controller (pool, reconciliation, sweeps) inside this process.
+SANDMAN_CONTROLLER_AUTOSTART = env_bool("SANDMAN_CONTROLLER_AUTOSTART", True)
+SANDMAN_SWEEP_INTERVAL_S = env_float("SANDMAN_SWEEP_INTERVAL_S", 30.0)
+# Local backend isolation: "auto" uses bubblewrap where it works, "off" never, "require" fails.
+SANDMAN_LOCAL_ISOLATION = env_str("SANDMAN_LOCAL_ISOLATION", "auto")
+SANDMAN_EXECD_PYTHON = env_str("SANDMAN_EXECD_PYTHON", "python3")

@@ -1,0 +1,23 @@
+"""Root URL map: admin, REST v1, schema, health, metrics, dashboards."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from sandman_site import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", views.healthz, name="healthz"),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/", include("sandboxes.urls")),
+    path("api/v1/", include("grading.urls")),
+    path("api/v1/", include("incidents.urls")),
+    path("incidents/", include("incidents.page_urls")),
+    path("", include("sandboxes.dashboard_urls")),
+]
+
+handler404 = "sandman_site.views.not_found"
+handler500 = "sandman_site.views.server_error"

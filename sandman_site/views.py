@@ -1,0 +1,27 @@
+"""Site-wide plain views: liveness and JSON error pages for non-DRF paths."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers and the database accepts a query."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        db_ok = True
+    except Exception:  # noqa: BLE001 - any DB failure means "not healthy", reported as such
+        db_ok = False
+    return JsonResponse({"ok": db_ok, "database": db_ok}, status=200 if db_ok else 503)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse({"error": "not_found", "detail": "No such page."}, status=404)
+
+
+def server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        {"error": "server_error", "detail": "Internal error; it has been logged."}, status=500
+    )

@@ -1,0 +1,31 @@
+# Shared set-up for scripts/test and scripts/serve: system packages, then a venv.
+# Sourced, not run. Installs only what is missing, so a second run is quick.
+set -euo pipefail
+
+sandman_system_packages() {
+    local need=()
+    command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+    command -v git >/dev/null 2>&1 || need+=(git)
+    if [ "${SANDMAN_NEED_BROWSER:-1}" = "1" ]; then
+        command -v chromium >/dev/null 2>&1 || need+=(chromium)
+    fi
+    if [ ${#need[@]} -gt 0 ]; then
+        if [ "$(id -u)" = "0" ]; then
+            echo "setup: apt-get install ${need[*]}"
+            apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+        else
+            echo "setup: missing ${need[*]} and not root; tests that need them will be skipped" >&2
+        fi
+    fi
+}
+
+sandman_venv() {
+    local venv="${SANDMAN_VENV:-.venv}"
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv"
+    fi
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]"
+    PY="$venv/bin/python"
+    export PY
+}
