@@ -139,3 +139,21 @@ SANDMAN_SWEEP_INTERVAL_S = env_float("SANDMAN_SWEEP_INTERVAL_S", 30.0)
 # Local backend isolation: "auto" uses bubblewrap where it works, "off" never, "require" fails.
 SANDMAN_LOCAL_ISOLATION = env_str("SANDMAN_LOCAL_ISOLATION", "auto")
 SANDMAN_EXECD_PYTHON = env_str("SANDMAN_EXECD_PYTHON", "python3")
+
+# --- Incident detectors (incidents/detectors.py) ----------------------------------------
+# Events older than this are not re-read on each run.
+SANDMAN_DETECT_LOOKBACK_S = env_float("SANDMAN_DETECT_LOOKBACK_S", 3600.0)
+# Flagged minutes closer than this belong to one case (a flapping outage stays one case).
+SANDMAN_DETECT_MERGE_GAP_S = env_float("SANDMAN_DETECT_MERGE_GAP_S", 300.0)
+# Pod creates answered 5xx: share of a minute's creates, and a floor of 5xx creates.
+SANDMAN_DETECT_CREATE_ERROR_SHARE = env_float("SANDMAN_DETECT_CREATE_ERROR_SHARE", 0.2)
+SANDMAN_DETECT_CREATE_ERROR_MIN = env_int("SANDMAN_DETECT_CREATE_ERROR_MIN", 5)
+# Address-assignment failures: share of a minute's scheduled sandboxes, and a floor.
+SANDMAN_DETECT_ADDRESS_FAILURE_SHARE = env_float("SANDMAN_DETECT_ADDRESS_FAILURE_SHARE", 0.1)
+SANDMAN_DETECT_ADDRESS_FAILURE_MIN = env_int("SANDMAN_DETECT_ADDRESS_FAILURE_MIN", 5)
+# Acquire timeouts per minute that make a burst.
+SANDMAN_DETECT_ACQUIRE_TIMEOUTS_MIN = env_int("SANDMAN_DETECT_ACQUIRE_TIMEOUTS_MIN", 10)
+# Pod-cap signals (events + refused acquisitions) of one job that open a case.
+SANDMAN_DETECT_POD_CAP_MIN = env_int("SANDMAN_DETECT_POD_CAP_MIN", 1)
+# At most this many sandboxes are linked to one detector case (all jobs are linked).
+SANDMAN_DETECT_MAX_LINKED_SANDBOXES = env_int("SANDMAN_DETECT_MAX_LINKED_SANDBOXES", 500)

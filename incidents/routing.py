@@ -1,0 +1,5 @@
+"""Websocket routes of this app (Channels)."""
+
+from __future__ import annotations
+
+websocket_urlpatterns: list = []
