@@ -1,0 +1,16 @@
+"""The ``local`` backend: sandboxes as isolated execd process trees on this host.
+
+``LocalProvider`` implements ``sandboxes.providers.base.Provider``; ``validate_image`` lets
+the REST layer refuse an unknown image (``UnknownImage``, 400) before queueing an acquire.
+Module map: ``images`` (image -> workspace), ``isolation`` (bubblewrap launch, guards),
+``cgroups`` (limits), ``procs`` (pids, reaping), ``records`` (on-disk record),
+``readiness`` / ``teardown`` (wait_ready / destroy), ``wire`` (asyncio I/O helpers),
+``sandbox_init`` (the sandbox's first process; standard library only).
+"""
+
+from __future__ import annotations
+
+from sandboxes.providers.local.images import validate_image
+from sandboxes.providers.local.provider import LocalProvider
+
+__all__ = ["LocalProvider", "validate_image"]

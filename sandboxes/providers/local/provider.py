@@ -1,0 +1,408 @@
+"""``LocalProvider``: the embedded default backend. A sandbox is an execd process tree.
+
+Each sandbox gets ``<root>/<name>/`` (see ``records``), a workspace made from its image
+(``images``), a cgroup with its memory/CPU/pids limits where the host allows
+(``cgroups``), and, where bubblewrap works, its own user, mount, PID, IPC and UTS
+namespaces, plus an empty network namespace when the job denies egress (``isolation``).
+execd is reached at ``127.0.0.1:PORT``; for an egress-denied sandbox that port belongs to
+a relay in the sandbox's first process (``sandbox_init``) that accepts on a socket bound
+in the host's namespace, since the sandbox itself has no route to the host.
+
+Ordering rules (base.py's contract, and what the controller relies on after a restart):
+* Images and guards are judged BEFORE anything exists: ``UnknownImage`` and
+  ``GuardUnavailable`` leave nothing on disk. An egress-deny job is refused when the
+  network namespace cannot be installed: a label alone is not enforcement.
+* The record on disk is written before anything is started and removed last, so
+  ``list_owned`` of ANY later provider over the same root finds everything to clean, and
+  ``destroy`` needs only the name.
+* ``create`` runs to settlement: if its caller is cancelled, the create finishes in the
+  background and is then destroyed.
+* Processes are spawned from the event loop's thread: bubblewrap's --die-with-parent
+  follows the spawning THREAD, so a short-lived worker thread would take sandboxes with it.
+* ``destroy`` kills everything the sandbox started (PID namespace teardown or the init's
+  subreaper sweep, then the cgroup), reaps, removes the cgroup and the directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandboxes.providers.base import Handle, OwnedSandbox, ReadyInfo, SandboxSpec
+from sandboxes.providers.local import cgroups, procs, records, wire
+from sandboxes.providers.local.images import ImageSource, chown_tree, materialize, resolve_image
+from sandboxes.providers.local.runtime import MODES, Runtime, detect
+from sandboxes.providers.local.spawn import Live, Plan, spawn
+from sandman_site.errors import (
+    GuardUnavailable,
+    InvalidInput,
+    ProviderConflict,
+    ProviderError,
+)
+
+log = logging.getLogger(__name__)
+
+_REPO = Path(__file__).resolve().parents[3]
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class _NameLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class LocalProvider:
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        root: Path,
+        images_dir: Path,
+        isolation_mode: str = "auto",
+        execd_python: str = "python3",
+        execd_dir: Path | None = None,
+        sandbox_uid: int = 65534,
+        sandbox_gid: int = 65534,
+        pids_max: int = 4096,
+        use_cgroups: bool = True,
+        bwrap: str | None = None,
+        health_timeout_s: float = 2.0,
+        kill_grace_s: float = 3.0,
+        clock: Callable[[], dt.datetime] = _utcnow,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isolation_mode not in MODES:
+            raise ValueError(f"isolation must be one of {MODES}, not {isolation_mode!r}")
+        self.root = Path(root).absolute()
+        self.images_dir = Path(images_dir)
+        self.isolation_mode = isolation_mode
+        self.execd_python = execd_python
+        self.execd_dir = Path(execd_dir) if execd_dir else _REPO
+        self.uid, self.gid = sandbox_uid, sandbox_gid
+        self.pids_max = pids_max
+        self.use_cgroups = use_cgroups
+        self.bwrap = bwrap or shutil.which("bwrap")
+        self.health_timeout_s = health_timeout_s
+        self.kill_grace_s = kill_grace_s
+        self._clock = clock
+        self._monotonic = monotonic
+        self._runtime: Runtime | None = None
+        self._runtime_lock = asyncio.Lock()
+        self._locks: dict[str, _NameLock] = {}
+        self._live: dict[str, Live] = {}
+        self._background: set[asyncio.Future[object]] = set()
+        self._cgroup_prefix = uuid.uuid5(uuid.NAMESPACE_URL, str(self.root)).hex[:8]
+
+    @classmethod
+    def from_settings(cls) -> LocalProvider:
+        from django.conf import settings
+
+        return cls(
+            root=Path(settings.SANDMAN_SANDBOX_ROOT),
+            images_dir=Path(settings.SANDMAN_IMAGES_DIR),
+            isolation_mode=settings.SANDMAN_LOCAL_ISOLATION,
+            execd_python=settings.SANDMAN_EXECD_PYTHON,
+            sandbox_uid=getattr(settings, "SANDMAN_LOCAL_SANDBOX_UID", 65534),
+            sandbox_gid=getattr(settings, "SANDMAN_LOCAL_SANDBOX_GID", 65534),
+        )
+
+    # --- what this host allows ---------------------------------------------------------
+
+    async def runtime(self) -> Runtime:
+        async with self._runtime_lock:
+            if self._runtime is None:
+                self._runtime = await asyncio.to_thread(
+                    detect,
+                    mode=self.isolation_mode,
+                    bwrap=self.bwrap,
+                    uid=self.uid,
+                    gid=self.gid,
+                    execd_python=self.execd_python,
+                    execd_dir=self.execd_dir,
+                    root=self.root,
+                    use_cgroups=self.use_cgroups,
+                )
+            return self._runtime
+
+    # --- create ------------------------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec) -> Handle:
+        task = asyncio.ensure_future(self._create(spec))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            task.add_done_callback(self._destroy_late_create)
+            raise
+
+    def _destroy_late_create(self, task: asyncio.Task[Handle]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        self._spawn_background(self.destroy(task.result()))
+
+    def _spawn_background(self, coro: Coroutine[object, object, object]) -> None:
+        background = asyncio.ensure_future(coro)
+        self._background.add(background)
+        background.add_done_callback(self._background.discard)
+
+    async def _create(self, spec: SandboxSpec) -> Handle:
+        name = records.check_name(spec.name)
+        if spec.egress not in ("deny", "allow"):
+            raise InvalidInput(f"egress must be 'deny' or 'allow', not {spec.egress!r}")
+        runtime = await self.runtime()
+        self._refuse_missing_guards(spec, runtime)
+        source = await asyncio.to_thread(
+            resolve_image, spec.image, spec.base_commit, images_dir=self.images_dir
+        )
+        directory = self.root / name
+        async with self._lock(name):
+            try:
+                directory.mkdir(mode=0o711)
+            except FileExistsError:
+                existing = records.read(directory)
+                if existing and existing.nonce == spec.nonce and existing.pid:
+                    return self._handle(existing, directory)  # a retried create: same one
+                raise ProviderConflict(
+                    f"A local sandbox named {name!r} already exists "
+                    + (
+                        "unfinished; destroy it first."
+                        if existing and existing.nonce == spec.nonce
+                        else "with another nonce."
+                    ),
+                    {"name": name},
+                ) from None
+            directory.chmod(0o711)
+            record = records.SandboxRecord(
+                name=name,
+                nonce=spec.nonce,
+                uid=uuid.uuid4().hex,
+                job_id=spec.job_id,
+                role=spec.role,
+                image=spec.image,
+                base_commit=spec.base_commit,
+                egress=spec.egress,
+                created=records.stamp(self._clock()),
+                isolated=runtime.isolated,
+            )
+            records.write(directory, record)
+            try:
+                await self._build_and_start(spec, source, runtime, directory, record)
+            except BaseException as exc:
+                await asyncio.shield(self._undo(name, directory))
+                if isinstance(exc, (OSError, cgroups.CgroupError)):
+                    raise ProviderError(
+                        f"local create of {name!r} failed: {exc}", {"name": name}
+                    ) from exc
+                raise
+            return self._handle(record, directory)
+
+    def _refuse_missing_guards(self, spec: SandboxSpec, runtime: Runtime) -> None:
+        if self.isolation_mode == "require" and not runtime.isolated:
+            raise GuardUnavailable(
+                f"SANDMAN_LOCAL_ISOLATION=require, but sandboxes cannot be isolated here: "
+                f"{runtime.reason}."
+            )
+        if self.isolation_mode == "require" and runtime.cgroups is None:
+            raise GuardUnavailable(
+                "SANDMAN_LOCAL_ISOLATION=require, but no writable cgroup hierarchy exists "
+                "for memory and CPU limits."
+            )
+        if spec.egress == "deny" and not runtime.isolated:
+            raise GuardUnavailable(
+                "The job denies egress, but this host cannot give the sandbox its own network "
+                f"namespace ({runtime.reason}); refusing rather than running it unguarded."
+            )
+        if not (self.execd_dir / "execd" / "__main__.py").is_file():
+            raise ProviderError(f"execd is not installed at {self.execd_dir / 'execd'}.")
+
+    async def _build_and_start(
+        self,
+        spec: SandboxSpec,
+        source: ImageSource,
+        runtime: Runtime,
+        directory: Path,
+        record: records.SandboxRecord,
+    ) -> None:
+        private = directory / "private"
+        private.mkdir(mode=0o700)
+        workspace = directory / "workspace"
+        await asyncio.to_thread(self._prepare_workspace, source, workspace, runtime.isolated)
+        placement = None
+        if runtime.cgroups is not None:
+            limits = cgroups.Limits(
+                spec.memory_bytes or None, spec.cpu_millis or None, self.pids_max
+            )
+            placement = await asyncio.to_thread(
+                self._make_cgroup, runtime.cgroups, spec.name, limits
+            )
+        record.cgroup = placement.version if placement else ""
+        record.guards = self._declared_guards(spec, runtime, placement)
+        plan = Plan(
+            runtime=runtime,
+            directory=directory,
+            placement=placement,
+            bwrap=self.bwrap or "bwrap",
+            uid=self.uid,
+            gid=self.gid,
+            execd_dir=self.execd_dir,
+            marker=self.host_id(spec.name),
+        )
+        launched = self._spawn(spec, plan)
+        self._live[spec.name] = launched
+        record.pid = launched.popen.pid
+        record.pid_start = procs.start_time(launched.popen.pid)
+        record.timeline = {k: records.stamp(v) for k, v in launched.timeline.items()}
+        records.write(directory, record)
+
+    def _spawn(self, spec: SandboxSpec, plan: Plan) -> Live:
+        """The one place a sandbox process starts, in the calling (the loop's) thread.
+
+        A sandbox lives as long as the thread that spawned it (--die-with-parent); tests
+        that need sandboxes to outlive a controller override this to spawn elsewhere.
+        """
+        return spawn(spec, plan, self._clock())
+
+    def _prepare_workspace(self, source: ImageSource, workspace: Path, isolated: bool) -> None:
+        materialize(source, workspace)  # type: ignore[arg-type]
+        if isolated and os.geteuid() == 0:
+            chown_tree(workspace, self.uid, self.gid)
+
+    def host_id(self, name: str) -> str:
+        """The sandbox's name made unique on this host (two roots may reuse a name): its
+        cgroup's name and the ``SANDMAN_SANDBOX`` marker in its processes' environment."""
+        return f"{self._cgroup_prefix}-{name}"
+
+    def _make_cgroup(
+        self, driver: cgroups.CgroupDriver, name: str, limits: cgroups.Limits
+    ) -> cgroups.Placement:
+        group = self.host_id(name)
+        try:
+            return driver.create(group, limits)
+        except FileExistsError:
+            # Left by a crash between create and destroy of an earlier sandbox of this name.
+            driver.kill(group)
+            driver.remove(group)
+            return driver.create(group, limits)
+
+    def _declared_guards(
+        self, spec: SandboxSpec, runtime: Runtime, placement: cgroups.Placement | None
+    ) -> dict[str, object]:
+        guards: dict[str, object] = {
+            "isolation": "bwrap" if runtime.isolated else "off",
+            "bwrap": runtime.isolated,
+            "uid": self.uid if runtime.isolated else os.geteuid(),
+            "cap_drop": "ALL" if runtime.isolated else None,
+            "egress": "denied" if spec.egress == "deny" else "allowed",
+            "cgroup": placement.version if placement else None,
+            "workspace_limit_bytes": None,  # no quota on the local backend
+        }
+        if not runtime.isolated:
+            guards["isolation_reason"] = runtime.reason
+        if placement is not None:
+            guards.update(placement.applied)
+        return guards
+
+    def _handle(self, record: records.SandboxRecord, directory: Path) -> Handle:
+        return Handle(
+            name=record.name,
+            nonce=record.nonce,
+            backend=self.name,
+            uid=record.uid,
+            ref=f"pid:{record.pid}:{directory}",
+        )
+
+    # --- ready and health ----------------------------------------------------------------
+
+    async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
+        from sandboxes.providers.local.readiness import wait_ready
+
+        return await wait_ready(self, handle, budget_s)
+
+    async def health(self, handle: Handle, address: str, token: str) -> bool:
+        try:
+            status, body = await wire.get_json(
+                address, "/health", token=token, timeout_s=self.health_timeout_s
+            )
+        except (OSError, TimeoutError, ValueError):
+            return False
+        return status == 200 and isinstance(body, dict) and body.get("ok") is True
+
+    # --- destroy, list, close -------------------------------------------------------------
+
+    async def destroy(self, handle: Handle) -> None:
+        from sandboxes.providers.local.teardown import destroy
+
+        await destroy(self, handle)
+
+    async def _undo(self, name: str, directory: Path) -> None:
+        from sandboxes.providers.local.teardown import tear_down
+
+        await tear_down(self, name, directory, records.read(directory))
+
+    async def list_owned(self) -> list[OwnedSandbox]:
+        return await asyncio.to_thread(self._list_owned)
+
+    def _list_owned(self) -> list[OwnedSandbox]:
+        if not self.root.is_dir():
+            return []
+        owned = []
+        for entry in sorted(self.root.iterdir()):
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            record = records.read(entry)
+            if record is None:
+                continue
+            if procs.is_ours(record.pid, record.pid_start):
+                phase = "running"
+            else:
+                phase = "creating" if record.pid is None else "exited"
+            owned.append(
+                OwnedSandbox(
+                    name=record.name,
+                    uid=record.uid,
+                    nonce=record.nonce,
+                    job_id=record.job_id,
+                    role=record.role,
+                    phase=phase,
+                    created=record.created_at,
+                )
+            )
+        return owned
+
+    async def close(self) -> None:
+        """Finish background destroys; close ready pipes. Sandboxes keep running."""
+        while self._background:  # a settling create may add its destroy
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        for live in self._live.values():
+            if live.ready_fd is not None:
+                os.close(live.ready_fd)
+                live.ready_fd = None
+        self._live.clear()
+
+    @contextlib.asynccontextmanager
+    async def _lock(self, name: str) -> AsyncIterator[None]:
+        """One create/destroy at a time per name; the entry goes when nobody holds it."""
+        entry = self._locks.setdefault(name, _NameLock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                self._locks.pop(name, None)
