@@ -139,6 +139,9 @@ SANDMAN_SWEEP_INTERVAL_S = env_float("SANDMAN_SWEEP_INTERVAL_S", 30.0)
 # Local backend isolation: "auto" uses bubblewrap where it works, "off" never, "require" fails.
 SANDMAN_LOCAL_ISOLATION = env_str("SANDMAN_LOCAL_ISOLATION", "auto")
 SANDMAN_EXECD_PYTHON = env_str("SANDMAN_EXECD_PYTHON", "python3")
+# The uid/gid a local sandbox's commands run as (bubblewrap drops to it before unsharing).
+SANDMAN_LOCAL_SANDBOX_UID = env_int("SANDMAN_LOCAL_SANDBOX_UID", 65534)
+SANDMAN_LOCAL_SANDBOX_GID = env_int("SANDMAN_LOCAL_SANDBOX_GID", 65534)
 
 # --- Incident detectors (incidents/detectors.py) ----------------------------------------
 # Events older than this are not re-read on each run.
