@@ -34,3 +34,12 @@ DELETED = "deleted"
 ADOPTED = "adopted"  # found at start-up and known to the database
 POD_CAP = "pod_cap"
 ACQUIRE_TIMEOUT = "acquire_timeout"
+# Added by the pool/controller (never rename):
+BACKEND_GONE = "backend_gone"  # reconcile found no backend sandbox for a live row
+WARM = "warm"  # detail: {"late": bool} — kept as a never-used warm pod
+TRIMMED = "trimmed"  # warm pod of a key idle past the job's idle timeout
+EVICTED = "evicted"  # warm pod of another key deleted to admit an acquire at max_live
+REUSE_CHECKED = "reuse_checked"  # detail: {"ok": bool, "reason": str}
+RETIRED = "retired"  # checked-reuse pod retired: max uses, no verdict or contradiction
+DRAINED = "drained"  # deleted because its job drains
+STATE_BASELINE = "state_baseline"  # detail: {"ok": bool, ...} checked-reuse baseline taken

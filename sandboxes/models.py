@@ -85,6 +85,8 @@ class Sandbox(models.Model):
     failure_reason = models.TextField(blank=True, default="")
     # Set once an agent had it: such a sandbox is never made warm again.
     agent_used = models.BooleanField(default=False)
+    # Checked reuse: verdicts seen on this pod, {"<patch_sha256>:<suite>": "pass"|"fail"}.
+    reuse_verdicts = models.JSONField(default=dict, blank=True)
     # Timestamps of ARCHITECTURE.md §7 (those the backend can know).
     requested_at = models.DateTimeField()
     api_created_at = models.DateTimeField(null=True, blank=True)
@@ -133,6 +135,10 @@ class Acquisition(models.Model):
     sandbox = models.ForeignKey(
         Sandbox, on_delete=models.SET_NULL, null=True, blank=True, related_name="acquisitions"
     )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.ROLLOUT)
     image = models.CharField(max_length=512)
     key_hash = models.CharField(max_length=32)
@@ -165,6 +171,8 @@ class PendingDelete(models.Model):
     name = models.CharField(max_length=63, unique=True)
     backend = models.CharField(max_length=16)
     backend_uid = models.CharField(max_length=64, blank=True, default="")
+    # The backend's private locator (a pid and path locally), so a restart can delete it.
+    backend_ref = models.CharField(max_length=512, blank=True, default="")
     nonce = models.CharField(max_length=64, blank=True, default="")
     sandbox = models.ForeignKey(
         Sandbox, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -174,3 +182,9 @@ class PendingDelete(models.Model):
     last_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     next_attempt_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"pending delete {self.name} ({self.attempts} attempts)"

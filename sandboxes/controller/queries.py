@@ -1,0 +1,203 @@
+"""Reads the controller needs (run on its database threads), returned as plain dataclasses.
+
+Nothing here writes. Rows come back as frozen dataclasses so no ORM object crosses
+into the event loop (an ORM object touched there would open a connection on the loop
+thread).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.db.models import Min
+
+from sandboxes.models import Job, PendingDelete, Sandbox
+from sandboxes.services.deletes import DeleteOrder
+from sandboxes.states import SandboxState
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    id: int
+    state: str
+    rate_per_s: float
+    burst: int
+    max_live: int
+    max_creating: int
+    warm_per_key: int
+    idle_timeout_s: float
+    readiness_budget_s: float
+    max_lifetime_s: float
+    egress: str
+    reuse_enabled: bool
+    reuse_max_uses: int
+    trainer_pod_name: str
+    trainer_pod_uid: str
+
+
+@dataclass(frozen=True)
+class SandboxRow:
+    id: int
+    job_id: int
+    job_state: str
+    name: str
+    nonce: str
+    token: str
+    backend: str
+    backend_uid: str
+    backend_ref: str
+    state: str
+    role: str
+    image: str
+    base_commit: str
+    cpu_millis: int
+    memory_bytes: int
+    workspace_bytes: int | None
+    address: str
+    agent_used: bool
+    reuse_count: int
+    reuse_verdicts: dict
+    acquired_at: dt.datetime | None
+
+
+def _job_info(job: Job) -> JobInfo:
+    return JobInfo(
+        id=job.pk,
+        state=job.state,
+        rate_per_s=job.rate_per_s,
+        burst=job.burst,
+        max_live=job.max_live,
+        max_creating=job.max_creating,
+        warm_per_key=job.warm_per_key,
+        idle_timeout_s=job.idle_timeout_s,
+        readiness_budget_s=job.readiness_budget_s,
+        max_lifetime_s=job.max_lifetime_s,
+        egress=job.egress,
+        reuse_enabled=job.reuse_enabled,
+        reuse_max_uses=job.reuse_max_uses,
+        trainer_pod_name=job.trainer_pod_name,
+        trainer_pod_uid=job.trainer_pod_uid,
+    )
+
+
+def _row(s: Sandbox) -> SandboxRow:
+    return SandboxRow(
+        id=s.pk,
+        job_id=s.job_id,
+        job_state=s.job.state,
+        name=s.name,
+        nonce=s.nonce,
+        token=s.token,
+        backend=s.backend,
+        backend_uid=s.backend_uid,
+        backend_ref=s.backend_ref,
+        state=s.state,
+        role=s.role,
+        image=s.image,
+        base_commit=s.base_commit,
+        cpu_millis=s.cpu_millis,
+        memory_bytes=s.memory_bytes,
+        workspace_bytes=s.workspace_bytes,
+        address=s.address,
+        agent_used=s.agent_used,
+        reuse_count=s.reuse_count,
+        reuse_verdicts=dict(s.reuse_verdicts or {}),
+        acquired_at=s.acquired_at,
+    )
+
+
+def job_info(job_id: int) -> JobInfo | None:
+    job = Job.objects.filter(pk=job_id).first()
+    return _job_info(job) if job else None
+
+
+def sandbox_row(sandbox_id: int) -> SandboxRow | None:
+    s = Sandbox.objects.select_related("job").filter(pk=sandbox_id).first()
+    return _row(s) if s else None
+
+
+def rows_not_deleted(*, backend: str) -> list[SandboxRow]:
+    """Every row of this backend that may still hold a backend sandbox."""
+    qs = Sandbox.objects.select_related("job").filter(backend=backend)
+    return [_row(s) for s in qs.exclude(state=SandboxState.DELETED).order_by("pk")]
+
+
+def rows_of_job(*, job_id: int) -> list[SandboxRow]:
+    qs = Sandbox.objects.select_related("job").filter(job_id=job_id)
+    return [_row(s) for s in qs.exclude(state=SandboxState.DELETED).order_by("pk")]
+
+
+def names_with_rows(*, names: list[str], since: dt.datetime) -> set[str]:
+    """Names a record owns, or owned at ``since`` (deleted at or after it).
+
+    ``since`` is taken before the backend was listed: a sandbox whose delete was
+    confirmed between the listing and this read was owned when listed.
+    """
+    from django.db.models import Q
+
+    owned: set[str] = set()
+    for start in range(0, len(names), 500):
+        chunk = names[start : start + 500]
+        owned.update(
+            Sandbox.objects.filter(name__in=chunk)
+            .filter(~Q(state=SandboxState.DELETED) | Q(deleted_at__gte=since))
+            .values_list("name", flat=True)
+        )
+    return owned
+
+
+def expired_in_use(*, now: dt.datetime, backend: str) -> list[SandboxRow]:
+    """In-use sandboxes held longer than their job's ``max_lifetime_s``.
+
+    The shortest lifetime among jobs with in-use sandboxes bounds the scan in the
+    database; the exact per-job comparison is done on that short candidate list.
+    """
+    in_use = Sandbox.objects.filter(
+        backend=backend, state=SandboxState.IN_USE, acquired_at__isnull=False
+    )
+    shortest = Job.objects.filter(pk__in=in_use.values("job_id")).aggregate(
+        m=Min("max_lifetime_s")
+    )["m"]
+    if shortest is None:
+        return []
+    candidates = (
+        in_use.select_related("job")
+        .filter(acquired_at__lte=now - dt.timedelta(seconds=shortest))
+        .order_by("acquired_at")
+    )
+    expired = []
+    for s in candidates.iterator(chunk_size=500):
+        if s.acquired_at + dt.timedelta(seconds=s.job.max_lifetime_s) <= now:
+            expired.append(_row(s))
+    return expired
+
+
+def pending_deletes_due(
+    *, now: dt.datetime, backend: str, all_due: bool = False
+) -> list[DeleteOrder]:
+    qs = PendingDelete.objects.filter(backend=backend)
+    if not all_due:
+        qs = qs.filter(next_attempt_at__lte=now)
+    return [
+        DeleteOrder(
+            name=p.name,
+            nonce=p.nonce,
+            backend=p.backend,
+            uid=p.backend_uid,
+            ref=p.backend_ref,
+            sandbox_id=p.sandbox_id,
+            attempts=p.attempts,
+        )
+        for p in qs.order_by("next_attempt_at")[:1000]
+    ]
+
+
+def draining_job_ids() -> list[int]:
+    from sandboxes.states import JobState
+
+    return list(Job.objects.filter(state=JobState.DRAINING).values_list("pk", flat=True))
+
+
+def job_rows_left(*, job_id: int) -> int:
+    return Sandbox.objects.filter(job_id=job_id).exclude(state=SandboxState.DELETED).count()

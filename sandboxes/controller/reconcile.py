@@ -1,0 +1,141 @@
+"""Reconcile at start: make the database and the backend agree before serving.
+
+Rules (ARCHITECTURE.md §3 "Ownership"):
+* List the backend FIRST, then read the database (rows precede creates, so a listed
+  sandbox without a row is not ours to keep).
+* A listed sandbox that is running and whose row is live (``ready`` or ``in_use``) in an
+  active job is adopted into its job's pool books; a ready pod nobody used becomes warm
+  again.
+* Any other listed sandbox is deleted: known ones through their row (``deleting`` +
+  pending delete), unknown ones through a pending delete without a row.
+* A row in a non-terminal state with no backend sandbox is ended (``deleted``, through
+  ``failed`` where the path requires it) with a ``backend_gone`` event.
+* Pending deletes left by an earlier process are resumed; those whose sandbox is
+  already gone are confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sandboxes import events
+from sandboxes.controller import queries
+from sandboxes.controller.queries import SandboxRow
+from sandboxes.controller.runtime import SandboxRef
+from sandboxes.pool import PoolKey, WarmPod
+from sandboxes.services import (
+    DeleteOrder,
+    pending_delete_confirmed,
+    pending_delete_for_unknown,
+    sandbox_begin_delete,
+    sandbox_mark_gone,
+    sandbox_record_event,
+)
+from sandboxes.states import JobState, SandboxState
+
+log = logging.getLogger(__name__)
+
+
+def _adoptable(row: SandboxRow, phase: str) -> bool:
+    # Only a running backend sandbox can be adopted: a local sandbox whose processes died
+    # with the old controller ("exited"), or a pod that failed, is deleted instead.
+    if phase.lower() != "running" or row.job_state != JobState.ACTIVE:
+        return False
+    if row.state == SandboxState.IN_USE:
+        return True
+    # A ready pod is warm only if nobody used it, or it passed a reuse check.
+    return row.state == SandboxState.READY and (not row.agent_used or row.reuse_count > 0)
+
+
+def _key(row: SandboxRow) -> PoolKey:
+    return PoolKey(
+        image=row.image,
+        base_commit=row.base_commit or None,
+        cpu_millis=row.cpu_millis,
+        memory_bytes=row.memory_bytes,
+        workspace_bytes=row.workspace_bytes,
+    )
+
+
+class ReconcileMixin:
+    """Start-up reconciliation of :class:`sandboxes.controller.core.Controller`."""
+
+    async def _reconcile(self) -> dict[str, int]:
+        now = self._now()
+        owned = {o.name: o for o in await self.provider.list_owned()}
+        rows = await self._db(queries.rows_not_deleted, backend=self.provider.name)
+        counts = {"listed": len(owned), "adopted": 0, "deleted": 0, "unknown": 0, "gone": 0}
+        orders: dict[str, DeleteOrder] = {}
+        by_name = {row.name: row for row in rows}
+        for name, item in owned.items():
+            row = by_name.get(name)
+            if row is None:
+                counts["unknown"] += 1
+                orders[name] = await self._db(
+                    pending_delete_for_unknown,
+                    name=name,
+                    backend=self.provider.name,
+                    uid=item.uid,
+                    nonce=item.nonce,
+                    ref="",
+                    reason="reconcile_unknown",
+                    now=now,
+                )
+            elif _adoptable(row, item.phase or ""):
+                await self._adopt(row)
+                counts["adopted"] += 1
+            else:
+                counts["deleted"] += 1
+                order = await self._db(
+                    sandbox_begin_delete, sandbox_id=row.id, reason="reconcile", now=now
+                )
+                if order is not None:
+                    orders[name] = order
+        for row in rows:
+            if row.name not in owned:
+                counts["gone"] += 1
+                if row.state == SandboxState.DELETING:
+                    await self._db(pending_delete_confirmed, name=row.name, now=now)
+                else:
+                    await self._db(
+                        sandbox_mark_gone,
+                        sandbox_id=row.id,
+                        reason="no backend sandbox at controller start",
+                        now=now,
+                    )
+        for order in await self._db(
+            queries.pending_deletes_due, now=now, backend=self.provider.name, all_due=True
+        ):
+            if order.name not in owned:
+                await self._db(pending_delete_confirmed, name=order.name, now=now)
+            else:
+                orders.setdefault(order.name, order)
+        if orders:
+            await asyncio.gather(*(self._destroy(o) for o in orders.values()))
+        log.info("reconciled with the %s backend: %s", self.provider.name, counts)
+        return counts
+
+    async def _adopt(self, row: SandboxRow) -> None:
+        rt = await self._runtime(row.job_id)
+        key = _key(row)
+        if row.state == SandboxState.IN_USE:
+            rt.pool.hand_out(row.id, key)
+        else:
+            rt.refs[row.id] = SandboxRef.of(row)
+            rt.pool.add_warm(
+                WarmPod(
+                    sandbox_id=row.id,
+                    key=key,
+                    since=self._clock(),
+                    role=row.role,
+                    reused=row.reuse_count > 0,
+                )
+            )
+        await self._db(
+            sandbox_record_event,
+            sandbox_id=row.id,
+            kind=events.ADOPTED,
+            now=self._now(),
+            detail={"state": row.state},
+        )

@@ -1,0 +1,125 @@
+"""Plumbing between callers' threads and the controller's loop: calls, owned tasks.
+
+* ``_call`` / ``_acall`` submit a coroutine to the loop from a view's thread (blocking)
+  or from another event loop (awaiting); every submitted call is tracked so ``stop()``
+  can cancel it and its caller gets ``ControllerUnavailable``, never a hang.
+* ``_spawn`` starts a task the CONTROLLER owns (creates, deletes, checks): it is not
+  cancelled when the caller goes away, only at shutdown.
+* ``_settle`` runs one backend call to settlement even if the awaiting task is cancelled
+  (except at shutdown), so cleanup code always knows the call is over.
+* ``_db`` runs ORM code on the controller's database threads, never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from sandboxes.controller.runtime import JobRuntime
+from sandman_site.errors import ControllerUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class TaskMixin:
+    """Loop plumbing of :class:`sandboxes.controller.core.Controller`."""
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        loop = self._loop
+        if not self.started or loop is None or self._stopping:
+            coro.close()
+            raise ControllerUnavailable("the sandbox controller is not running")
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("the controller's facade must not be called from its own loop")
+        future = asyncio.run_coroutine_threadsafe(self._tracked(coro), loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.CancelledError as exc:
+            raise ControllerUnavailable("the sandbox controller stopped") from exc
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise ControllerUnavailable("the controller did not answer in time") from exc
+
+    async def _acall(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        if not self.started or loop is None or self._stopping:
+            coro.close()
+            raise ControllerUnavailable("the sandbox controller is not running")
+        future = asyncio.run_coroutine_threadsafe(self._tracked(coro), loop)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+
+    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        self._calls.add(task)
+        try:
+            return await coro
+        finally:
+            self._calls.discard(task)
+
+    async def _db(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        assert self._db_exec is not None
+        return await self._db_exec.run(fn, *args, **kwargs)
+
+    def _spawn(
+        self, coro: Coroutine[Any, Any, T], rt: JobRuntime | None = None, *, name: str = ""
+    ) -> asyncio.Task[T]:
+        """Start a task the controller owns (not the caller); errors are logged."""
+        task = asyncio.get_running_loop().create_task(coro, name=name or None)
+        self._tasks.add(task)
+        if rt is not None:
+            rt.tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if rt is not None:
+                rt.tasks.discard(t)
+                rt.notify()
+            if not t.cancelled() and t.exception() is not None:
+                log.error("controller task %s failed", t.get_name(), exc_info=t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    async def _settle(self, awaitable: Awaitable[T]) -> T:
+        """Run a backend call to settlement even if the awaiting task is cancelled.
+
+        Only shutdown abandons the wait. Any other cancellation waits for the call to
+        finish and is then re-raised, so the caller's ``finally`` cleans up knowing the
+        backend call is over.
+        """
+        inner = asyncio.ensure_future(awaitable)
+        self._inner.add(inner)
+        inner.add_done_callback(self._inner.discard)
+        cancelled = False
+        while True:
+            try:
+                result = await asyncio.shield(inner)
+                break
+            except asyncio.CancelledError:
+                if inner.done() or self._stopping:
+                    raise
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError()
+        return result
+
+    async def _periodic(self, interval: float, work: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await asyncio.sleep(interval)  # a period between rounds, not synchronisation
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic controller work %s failed", work.__name__)

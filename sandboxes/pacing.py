@@ -1,0 +1,250 @@
+"""Create pacing: token buckets with a FIFO queue, per job and cluster-wide.
+
+Every create the pool makes (on-demand acquire, warm build, replacement) passes the
+job's bucket AND the one cluster-wide bucket shared by every job of the controller
+(:class:`CompositePacer`): no job can burst past the cluster budget, and the rates of
+concurrent jobs do not add up.
+
+Invariants a reader must not break:
+* Tokens are granted strictly in arrival order (FIFO). A caller that arrives while
+  others queue waits behind them even if a token happens to be free.
+* A caller cancelled while queued never consumes a token; a token granted to a caller
+  that is cancelled before it sees the grant is given back.
+* Time comes only from the injected ``clock`` and waiting only from the injected
+  ``sleep``: tests drive both with :class:`FakeClock` and never sleep for real.
+
+No Django imports here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` banked; ``acquire()`` queues FIFO."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        name: str = "",
+    ) -> None:
+        if not rate > 0:
+            raise ValueError(f"rate must be positive, got {rate!r}")
+        if burst < 1:
+            raise ValueError(f"burst must be at least 1, got {burst!r}")
+        self.rate = float(rate)
+        self.burst = int(burst)
+        self.name = name
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = float(burst)
+        self._stamp = clock()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._pump: asyncio.Task[None] | None = None
+        self.granted = 0
+
+    # -- observation --------------------------------------------------------------------
+    @property
+    def queue_length(self) -> int:
+        """Callers waiting for a token now (cancelled ones excluded)."""
+        return sum(1 for w in self._waiters if not w.done())
+
+    def tokens(self) -> float:
+        self._refill()
+        return self._tokens
+
+    # -- taking tokens ------------------------------------------------------------------
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed = now - self._stamp
+        if elapsed > 0:
+            self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
+        self._stamp = now
+
+    def try_take(self) -> bool:
+        """Take a token at once if one is free and nobody queues ahead; never waits."""
+        self._refill()
+        if self.queue_length == 0 and self._tokens >= 1.0:
+            self._tokens -= 1.0
+            self.granted += 1
+            return True
+        return False
+
+    def give_back(self) -> None:
+        """Return a token that was granted but not used (its caller went away)."""
+        self._refill()
+        self._tokens = min(float(self.burst), self._tokens + 1.0)
+        self.granted -= 1
+        self._grant_ready()
+        self._kick()
+
+    def _grant_ready(self) -> None:
+        """Hand free tokens to the head of the queue at once (no pump round trip)."""
+        while self._waiters:
+            head = self._waiters[0]
+            if head.done():
+                self._waiters.popleft()
+                continue
+            if self._tokens < 1.0:
+                return
+            self._tokens -= 1.0
+            self.granted += 1
+            self._waiters.popleft().set_result(None)
+
+    async def acquire(self) -> float:
+        """Wait for a token in FIFO order; return the seconds spent waiting."""
+        start = self._clock()
+        if self.try_take():
+            return 0.0
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        self._kick()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                # Granted in the same tick we were cancelled: the token goes back.
+                self.give_back()
+            else:
+                waiter.cancel()
+                self._kick()
+            raise
+        return max(0.0, self._clock() - start)
+
+    def _kick(self) -> None:
+        if self._pump is None or self._pump.done():
+            if not any(not w.done() for w in self._waiters):
+                return
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
+    async def _run_pump(self) -> None:
+        while True:
+            while self._waiters and self._waiters[0].done():
+                self._waiters.popleft()
+            if not self._waiters:
+                return
+            self._refill()
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                self.granted += 1
+                self._waiters.popleft().set_result(None)
+                continue
+            await self._sleep((1.0 - self._tokens) / self.rate)
+
+    def close(self) -> None:
+        """Cancel every queued caller and the pump (controller shutdown)."""
+        for waiter in self._waiters:
+            waiter.cancel()
+        self._waiters.clear()
+        if self._pump is not None:
+            self._pump.cancel()
+
+
+@dataclass(frozen=True)
+class PacerWait:
+    """How long one create waited: in its job's bucket, then in the cluster's."""
+
+    job_s: float
+    cluster_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.job_s + self.cluster_s
+
+
+class CompositePacer:
+    """A job's bucket followed by the cluster-wide bucket shared by every job.
+
+    Order matters: a caller first waits its turn within its job, then the job's head
+    competes FIFO with other jobs for the cluster budget. A caller cancelled while in
+    the cluster queue gives its job token back.
+    """
+
+    def __init__(self, job: TokenBucket, cluster: TokenBucket) -> None:
+        self.job = job
+        self.cluster = cluster
+        self._in_cluster_queue = 0
+
+    @property
+    def queue_length(self) -> int:
+        """This job's callers waiting in either bucket."""
+        return self.job.queue_length + self._in_cluster_queue
+
+    async def acquire(self) -> PacerWait:
+        job_s = await self.job.acquire()
+        self._in_cluster_queue += 1
+        try:
+            cluster_s = await self.cluster.acquire()
+        except asyncio.CancelledError:
+            self.job.give_back()
+            raise
+        finally:
+            self._in_cluster_queue -= 1
+        return PacerWait(job_s=job_s, cluster_s=cluster_s)
+
+    def close(self) -> None:
+        self.job.close()
+
+
+class FakeClock:
+    """A monotonic clock and ``sleep`` that only move when a test calls ``advance``.
+
+    ``sleep(d)`` returns once the clock has been advanced by ``d`` (or more); a test
+    awaits ``settle()`` to let woken coroutines run. ``wall`` is an optional epoch offset
+    so the same object can stamp tz-aware datetimes (see ``now()``).
+    """
+
+    def __init__(self, start: float = 1000.0, *, wall_epoch: float = 1_800_000_000.0) -> None:
+        self._t = float(start)
+        self._wall_offset = wall_epoch - start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def __call__(self) -> float:
+        return self._t
+
+    def monotonic(self) -> float:
+        return self._t
+
+    def now(self):  # -> datetime; imported lazily to keep this module dependency-free
+        import datetime as dt
+
+        return dt.datetime.fromtimestamp(self._t + self._wall_offset, tz=dt.UTC)
+
+    async def sleep(self, delay: float) -> None:
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self._t + delay, fut))
+        await fut
+
+    @property
+    def sleepers(self) -> int:
+        return sum(1 for _, f in self._sleepers if not f.done())
+
+    def advance(self, seconds: float) -> None:
+        self._t += seconds
+        due = [(t, f) for t, f in self._sleepers if t <= self._t + 1e-9]
+        self._sleepers = [(t, f) for t, f in self._sleepers if t > self._t + 1e-9]
+        for _, fut in due:
+            if not fut.done():
+                fut.set_result(None)
+
+    @staticmethod
+    async def settle(rounds: int = 20) -> None:
+        """Let every ready coroutine run (no time passes)."""
+        for _ in range(rounds):
+            await asyncio.sleep(0)

@@ -1,0 +1,363 @@
+"""A job's pool as pure books and decisions: warm pods per key, caps, trims, late pods.
+
+The controller owns one :class:`JobPool` per job and executes what it decides (health
+checks, creates, deletes, database writes); this module never does I/O, never imports
+Django and reads time only from the injected ``clock``.
+
+Invariants a reader must not break:
+* A warm pod is a never-used pod (or, for checked reuse, a pod that passed its state
+  check) keyed by ``(image, base_commit, cpu_millis, memory_bytes, workspace_bytes)``.
+  It is handed out only to a request whose key is EQUAL: no "big enough" matching.
+* Every sandbox the pool knows is in exactly one book: ``creating`` (a ticket, from the
+  moment the create is admitted, before any token or database row), ``warm``,
+  ``checking`` (taken for a health or state check) or ``in_use``. ``live_count`` is the
+  sum, and admission never lets it exceed ``max_live``.
+* A create is settled exactly once (:meth:`JobPool.settle`). Its pod becomes warm only if
+  nobody used it, the job is not draining and the waiter is gone or it was a warm build;
+  a pod an agent has seen is never warm again.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """What a warm pod can serve: the image, its commit and the exact resource spec."""
+
+    image: str
+    base_commit: str | None
+    cpu_millis: int
+    memory_bytes: int
+    workspace_bytes: int | None
+
+    @property
+    def hash(self) -> str:
+        return key_hash(self)
+
+
+def key_hash(key: PoolKey) -> str:
+    """A stable 16-hex-digit digest of the key (labels, database rows, dashboards)."""
+    raw = json.dumps(
+        [key.image, key.base_commit or "", key.cpu_millis, key.memory_bytes, key.workspace_bytes],
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    max_live: int
+    max_creating: int
+    warm_per_key: int = 0
+    idle_timeout_s: float = 300.0
+
+
+class Purpose(enum.StrEnum):
+    ACQUIRE = "acquire"  # an acquire waits for this pod
+    WARM = "warm"  # a warm build or a replacement
+
+
+@dataclass
+class WarmPod:
+    sandbox_id: int
+    key: PoolKey
+    since: float
+    role: str = "rollout"
+    reused: bool = False  # True for a checked-reuse grading pod (source "reused")
+
+
+@dataclass
+class CreateTicket:
+    """An admitted create. ``sandbox_id`` is set once its database row exists."""
+
+    ticket_id: int
+    key: PoolKey
+    purpose: Purpose
+    role: str
+    admitted_at: float
+    sandbox_id: int | None = None
+    abandoned: bool = False  # the acquire that wanted it gave up (timeout, cancel)
+
+
+class Settle(enum.StrEnum):
+    HAND_OUT = "hand_out"  # give it to the waiting acquire
+    WARM = "warm"  # keep it as a never-used warm pod
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The answer to "may I create one more pod for this key?"."""
+
+    ticket: CreateTicket | None
+    evicted: WarmPod | None = None  # an idle warm pod of another key to delete first
+
+    @property
+    def admitted(self) -> bool:
+        return self.ticket is not None
+
+
+@dataclass
+class JobPool:
+    job_id: int
+    limits: PoolLimits
+    clock: Callable[[], float] = time.monotonic
+    warm: dict[PoolKey, list[WarmPod]] = field(default_factory=dict)
+    creating: dict[int, CreateTicket] = field(default_factory=dict)
+    checking: dict[int, PoolKey] = field(default_factory=dict)
+    in_use: dict[int, PoolKey] = field(default_factory=dict)
+    targets: dict[PoolKey, int] = field(default_factory=dict)
+    last_request: dict[PoolKey, float] = field(default_factory=dict)
+    draining: bool = False
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    # -- counts -------------------------------------------------------------------------
+    @property
+    def warm_count(self) -> int:
+        return sum(len(pods) for pods in self.warm.values())
+
+    @property
+    def live_count(self) -> int:
+        return self.warm_count + len(self.creating) + len(self.checking) + len(self.in_use)
+
+    def warm_for(self, key: PoolKey) -> int:
+        return len(self.warm.get(key, ()))
+
+    def creating_for(self, key: PoolKey, purpose: Purpose | None = None) -> int:
+        return sum(
+            1
+            for t in self.creating.values()
+            if t.key == key and (purpose is None or t.purpose == purpose)
+        )
+
+    def target_for(self, key: PoolKey) -> int:
+        """Warm pods to keep for a key: the prewarm count or the job's per-key default."""
+        default = self.limits.warm_per_key if key in self.last_request else 0
+        return max(default, self.targets.get(key, 0))
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "live": self.live_count,
+            "warm": self.warm_count,
+            "creating": len(self.creating),
+            "checking": len(self.checking),
+            "in_use": len(self.in_use),
+            "keys": {
+                k.hash: {"warm": self.warm_for(k), "target": self.target_for(k)}
+                for k in set(self.warm) | set(self.targets) | set(self.last_request)
+            },
+        }
+
+    # -- requests and warm hand-out --------------------------------------------------------
+    def note_request(self, key: PoolKey) -> None:
+        """An acquire (or a prewarm) asked for this key now: it is not idle."""
+        self.last_request[key] = self.clock()
+
+    def set_target(self, key: PoolKey, count: int) -> None:
+        """Prewarm: keep ``count`` warm pods of this key (counts as a request)."""
+        self.note_request(key)
+        self.targets[key] = max(0, int(count))
+
+    def take_warm(self, key: PoolKey, role: str) -> WarmPod | None:
+        """Take the oldest warm pod whose key EQUALS the request, into ``checking``.
+
+        A checked-reuse pod serves only its own role (a used grading pod never becomes a
+        rollout pod); a never-used pod serves any role.
+        """
+        if self.draining:
+            return None
+        pods = self.warm.get(key)
+        if not pods:
+            return None
+        for index, pod in enumerate(pods):
+            if pod.reused and pod.role != role:
+                continue
+            del pods[index]
+            if not pods:
+                del self.warm[key]
+            self.checking[pod.sandbox_id] = key
+            return pod
+        return None
+
+    def hand_out(self, sandbox_id: int, key: PoolKey) -> None:
+        """A pod (from ``checking`` or a settled create) now belongs to an agent."""
+        self.checking.pop(sandbox_id, None)
+        self.in_use[sandbox_id] = key
+
+    def add_warm(self, pod: WarmPod) -> None:
+        self.checking.pop(pod.sandbox_id, None)
+        self.in_use.pop(pod.sandbox_id, None)
+        self.warm.setdefault(pod.key, []).append(pod)
+
+    def forget(self, sandbox_id: int) -> PoolKey | None:
+        """Drop a sandbox from every book (it is being deleted or was released)."""
+        key = self.checking.pop(sandbox_id, None) or self.in_use.pop(sandbox_id, None)
+        for wkey, pods in list(self.warm.items()):
+            for pod in pods:
+                if pod.sandbox_id == sandbox_id:
+                    pods.remove(pod)
+                    key = wkey
+                    break
+            if not pods:
+                del self.warm[wkey]
+        return key
+
+    def begin_check(self, sandbox_id: int) -> None:
+        """A released pod is being checked for reuse: still live, not in use."""
+        key = self.in_use.pop(sandbox_id, None)
+        if key is not None:
+            self.checking[sandbox_id] = key
+
+    # -- admission ----------------------------------------------------------------------
+    def admit(self, key: PoolKey, *, purpose: Purpose, role: str = "rollout") -> Admission:
+        """Admit one create under ``max_live``, or refuse.
+
+        An acquire at the cap may evict the longest-idle warm pod of ANOTHER key (a warm
+        pod of its own key would have been handed out). A warm build never evicts.
+        """
+        if self.draining:
+            return Admission(ticket=None)
+        evicted: WarmPod | None = None
+        if self.live_count >= self.limits.max_live:
+            if purpose is not Purpose.ACQUIRE:
+                return Admission(ticket=None)
+            evicted = self._oldest_warm(excluding=key)
+            if evicted is None:
+                return Admission(ticket=None)
+            self.forget(evicted.sandbox_id)
+        ticket = CreateTicket(
+            ticket_id=next(self._ids),
+            key=key,
+            purpose=purpose,
+            role=role,
+            admitted_at=self.clock(),
+        )
+        self.creating[ticket.ticket_id] = ticket
+        return Admission(ticket=ticket, evicted=evicted)
+
+    def _oldest_warm(self, *, excluding: PoolKey) -> WarmPod | None:
+        candidates = [pod for key, pods in self.warm.items() if key != excluding for pod in pods]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda p: self.last_request.get(p.key, p.since))
+
+    def fill_plan(self) -> list[PoolKey]:
+        """Keys to start warm builds for (one entry per create), within ``max_live``."""
+        if self.draining:
+            return []
+        room = self.limits.max_live - self.live_count
+        plan: list[PoolKey] = []
+        for key in sorted(set(self.targets) | set(self.last_request), key=lambda k: k.hash):
+            deficit = (
+                self.target_for(key) - self.warm_for(key) - self.creating_for(key, Purpose.WARM)
+            )
+            for _ in range(max(0, deficit)):
+                if room <= 0:
+                    return plan
+                plan.append(key)
+                room -= 1
+        return plan
+
+    # -- settlement -----------------------------------------------------------------------
+    def abandon(self, ticket: CreateTicket) -> None:
+        """The acquire waiting on this create gave up; the create itself goes on."""
+        ticket.abandoned = True
+
+    def settle(self, ticket: CreateTicket, *, ready: bool, agent_used: bool = False) -> Settle:
+        """Decide what becomes of a create that finished (Ready or failed).
+
+        The ticket leaves ``creating``; the caller then calls :meth:`hand_out`,
+        :meth:`add_warm` or nothing (delete), as answered.
+        """
+        self.creating.pop(ticket.ticket_id, None)
+        if not ready or self.draining or agent_used:
+            return Settle.DELETE
+        if ticket.purpose is Purpose.ACQUIRE and not ticket.abandoned:
+            return Settle.HAND_OUT
+        return Settle.WARM
+
+    # -- trimming -----------------------------------------------------------------------
+    def trim(self) -> list[WarmPod]:
+        """Remove warm pods of keys not requested within ``idle_timeout_s``; return them.
+
+        A key's idle time runs from its last request (acquire or prewarm); a warm pod of a
+        key with no recorded request (a late pod after an earlier trim) idles from when it
+        became warm. Trimmed keys also lose their prewarm target.
+        """
+        now = self.clock()
+        limit = self.limits.idle_timeout_s
+        trimmed: list[WarmPod] = []
+        for key in list(set(self.warm) | set(self.last_request)):
+            pods = self.warm.get(key, [])
+            last = self.last_request.get(key)
+            if last is None:
+                idle = [p for p in pods if now - p.since >= limit]
+            elif now - last >= limit:
+                idle = list(pods)
+                self.last_request.pop(key, None)
+                self.targets.pop(key, None)
+            else:
+                idle = []
+            for pod in idle:
+                pods.remove(pod)
+                trimmed.append(pod)
+            if key in self.warm and not pods:
+                del self.warm[key]
+        return trimmed
+
+    def drain(self) -> list[WarmPod]:
+        """Stop building and hand-outs; return every warm pod (the caller deletes them)."""
+        self.draining = True
+        pods = [pod for group in self.warm.values() for pod in group]
+        self.warm.clear()
+        self.targets.clear()
+        return pods
+
+    @property
+    def empty(self) -> bool:
+        return self.live_count == 0
+
+
+# -- checked reuse of grading pods (paper §4.3, Appendix I) -------------------------------
+@dataclass(frozen=True)
+class ReuseDecision:
+    reuse: bool
+    reason: str  # why it retires ("" when reused)
+    verdicts: dict[str, str]  # the pod's verdict history after this grading
+
+
+def reuse_decision(
+    *,
+    verdict: str,
+    patch_sha256: str | None,
+    suite: str | None,
+    history: dict[str, str],
+    reuse_count: int,
+    max_uses: int,
+) -> ReuseDecision:
+    """May a released grading pod be checked and reused?
+
+    It retires after a grading with no verdict, after ``max_uses`` reuses, or when its
+    verdict contradicts an earlier one on this pod for the same patch and suite.
+    """
+    if verdict not in ("pass", "fail"):
+        return ReuseDecision(False, "no_verdict", dict(history))
+    if reuse_count >= max_uses:
+        return ReuseDecision(False, "max_uses", dict(history))
+    verdicts = dict(history)
+    if patch_sha256:
+        slot = f"{patch_sha256}:{suite or ''}"
+        earlier = verdicts.get(slot)
+        if earlier is not None and earlier != verdict:
+            return ReuseDecision(False, "contradiction", verdicts)
+        verdicts[slot] = verdict
+    return ReuseDecision(True, "", verdicts)

@@ -1,0 +1,34 @@
+"""Publish to the dashboards after the surrounding transaction commits.
+
+Payloads are made wire-safe here (datetimes become ISO strings) because a Redis channel
+layer serialises with msgpack. ``sandboxes.live.publish`` never raises by contract; a
+failure is logged there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import transaction
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def publish_on_commit(kind: str, payload: dict[str, Any]) -> None:
+    body = _plain(payload)
+
+    def send() -> None:
+        from sandboxes import live
+
+        live.publish(kind, body)
+
+    transaction.on_commit(send)

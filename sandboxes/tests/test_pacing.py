@@ -1,0 +1,172 @@
+"""Token buckets and the composite (job + cluster) pacer, driven by a fake clock.
+
+No test sleeps: time moves only when a test calls ``clock.advance`` and coroutines run
+when it awaits ``clock.settle()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sandboxes.pacing import CompositePacer, FakeClock, TokenBucket
+
+pytestmark = pytest.mark.asyncio
+
+
+def bucket(clock: FakeClock, rate: float = 2.0, burst: int = 2, name: str = "") -> TokenBucket:
+    return TokenBucket(rate, burst, clock=clock, sleep=clock.sleep, name=name)
+
+
+async def test_a_full_bucket_grants_its_burst_at_once_and_reports_no_wait():
+    clock = FakeClock()
+    b = bucket(clock, rate=1.0, burst=3)
+    waits = [await b.acquire() for _ in range(3)]
+    assert waits == [0.0, 0.0, 0.0]
+    assert b.granted == 3
+    assert b.tokens() == pytest.approx(0.0)
+
+
+async def test_callers_past_the_burst_queue_fifo_and_are_released_one_token_at_a_time():
+    clock = FakeClock()
+    b = bucket(clock, rate=2.0, burst=1)
+    await b.acquire()  # the one banked token
+    order: list[int] = []
+    waits: dict[int, float] = {}
+
+    async def caller(i: int) -> None:
+        waits[i] = await b.acquire()
+        order.append(i)
+
+    tasks = [asyncio.create_task(caller(i)) for i in range(3)]
+    await clock.settle()
+    assert order == [] and b.queue_length == 3
+
+    clock.advance(0.5)  # one token at 2/s
+    await clock.settle()
+    assert order == [0] and b.queue_length == 2
+    clock.advance(0.5)
+    await clock.settle()
+    assert order == [0, 1]
+    clock.advance(0.5)
+    await clock.settle()
+    assert order == [0, 1, 2] and b.queue_length == 0
+    assert waits == {0: pytest.approx(0.5), 1: pytest.approx(1.0), 2: pytest.approx(1.5)}
+    await asyncio.gather(*tasks)
+
+
+async def test_a_newcomer_does_not_overtake_the_queue_even_when_a_token_is_free():
+    clock = FakeClock()
+    b = bucket(clock, rate=1.0, burst=1)
+    await b.acquire()
+    first = asyncio.create_task(b.acquire())
+    await clock.settle()
+    assert b.queue_length == 1
+    assert b.try_take() is False  # a token is not free for a newcomer while one queues
+    clock.advance(1.0)
+    await clock.settle()
+    assert first.done() and first.result() == pytest.approx(1.0)
+
+
+async def test_a_cancelled_waiter_consumes_no_token_and_the_next_one_moves_up():
+    clock = FakeClock()
+    b = bucket(clock, rate=1.0, burst=1)
+    await b.acquire()
+    doomed = asyncio.create_task(b.acquire())
+    survivor = asyncio.create_task(b.acquire())
+    await clock.settle()
+    doomed.cancel()
+    await clock.settle()
+    assert doomed.cancelled()
+    assert b.queue_length == 1
+    clock.advance(1.0)
+    await clock.settle()
+    assert survivor.done() and survivor.result() == pytest.approx(1.0)
+    assert b.granted == 2  # the cancelled caller got nothing
+
+
+async def test_tokens_refill_at_the_rate_and_never_above_the_burst():
+    clock = FakeClock()
+    b = bucket(clock, rate=10.0, burst=5)
+    for _ in range(5):
+        await b.acquire()
+    clock.advance(0.25)
+    assert b.tokens() == pytest.approx(2.5)
+    clock.advance(100.0)
+    assert b.tokens() == pytest.approx(5.0)
+
+
+async def test_a_bucket_refuses_a_rate_or_burst_that_could_never_grant():
+    clock = FakeClock()
+    with pytest.raises(ValueError):
+        TokenBucket(0.0, 1, clock=clock)
+    with pytest.raises(ValueError):
+        TokenBucket(1.0, 0, clock=clock)
+
+
+async def test_every_create_passes_its_job_bucket_and_the_shared_cluster_bucket():
+    clock = FakeClock()
+    cluster = bucket(clock, rate=1.0, burst=2, name="cluster")
+    job_a = CompositePacer(bucket(clock, rate=100.0, burst=100, name="a"), cluster)
+    job_b = CompositePacer(bucket(clock, rate=100.0, burst=100, name="b"), cluster)
+
+    await job_a.acquire()
+    await job_b.acquire()  # the cluster's burst of 2 is spent across both jobs
+    third = asyncio.create_task(job_a.acquire())
+    fourth = asyncio.create_task(job_b.acquire())
+    await clock.settle()
+    assert cluster.queue_length == 2
+    assert job_a.queue_length == 1 and job_b.queue_length == 1
+
+    clock.advance(1.0)
+    await clock.settle()
+    assert third.done() and not fourth.done()  # FIFO across jobs
+    wait = third.result()
+    assert wait.job_s == 0.0 and wait.cluster_s == pytest.approx(1.0)
+    assert wait.total_s == pytest.approx(1.0)
+    clock.advance(1.0)
+    await clock.settle()
+    assert fourth.done() and fourth.result().cluster_s == pytest.approx(2.0)
+
+
+async def test_a_slow_job_bucket_holds_its_callers_before_they_reach_the_cluster_queue():
+    clock = FakeClock()
+    cluster = bucket(clock, rate=100.0, burst=100, name="cluster")
+    pacer = CompositePacer(bucket(clock, rate=1.0, burst=1, name="job"), cluster)
+    await pacer.acquire()
+    waiting = asyncio.create_task(pacer.acquire())
+    await clock.settle()
+    assert pacer.job.queue_length == 1 and cluster.queue_length == 0
+    clock.advance(1.0)
+    await clock.settle()
+    assert waiting.result().job_s == pytest.approx(1.0)
+    assert waiting.result().cluster_s == 0.0
+
+
+async def test_a_caller_cancelled_in_the_cluster_queue_gives_its_job_token_back():
+    clock = FakeClock()
+    cluster = bucket(clock, rate=1.0, burst=1, name="cluster")
+    job = bucket(clock, rate=1.0, burst=2, name="job")
+    pacer = CompositePacer(job, cluster)
+    await pacer.acquire()  # job 2→1, cluster 1→0
+    stuck = asyncio.create_task(pacer.acquire())  # takes job token, waits for cluster
+    await clock.settle()
+    assert job.tokens() == pytest.approx(0.0) and cluster.queue_length == 1
+    stuck.cancel()
+    await clock.settle()
+    assert stuck.cancelled()
+    assert job.tokens() == pytest.approx(1.0)
+    assert pacer.queue_length == 0
+
+
+async def test_close_cancels_every_queued_caller():
+    clock = FakeClock()
+    b = bucket(clock, rate=1.0, burst=1)
+    await b.acquire()
+    waiters = [asyncio.create_task(b.acquire()) for _ in range(2)]
+    await clock.settle()
+    b.close()
+    await clock.settle()
+    assert all(w.cancelled() for w in waiters)
+    assert b.queue_length == 0
