@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Benchmark: REST acquire of a warm sandbox under 64 concurrent clients.
+
+Starts the real service (Daphne on loopback, as a DIRECT child; the controller starts
+inside it) against a fresh database: SQLite in a temp dir, or PostgreSQL when
+``DATABASE_URL`` is set (run it under ``scripts/with_postgres.py``). It then
+
+1. registers a job and prewarms enough warm sandboxes (local backend, real execd),
+2. concurrent phase: ROUNDS rounds of CLIENTS concurrent clients, each doing one REST
+   acquire of a warm sandbox and its release; before each round it waits (polling the
+   job, with a deadline) until the warm pool is full and no create is running, so every
+   acquire can be warm; then the same rounds of a trivial authenticated
+   ``GET /api/v1/jobs/{id}/`` as the baseline of the HTTP + auth + DB stack,
+3. serial phase: SERIAL acquire+release by one client (pool refilled before each), and
+   SERIAL baseline GETs,
+4. reads create-to-Ready (execd healthy) of every local sandbox from the DB timestamps,
+5. drains the job, waits until every sandbox row is ``deleted``, stops Daphne.
+
+Each hand-out starts a replacement create (the pool's rule), so in the concurrent phase
+64 creates run on the same two cores as the server while the acquires are answered.
+
+Targets (the brief's): acquire p50 <= 5 ms, p99 <= 25 ms; local create-to-healthy p50
+<= 150 ms. The JSON records what was measured, targets beside it; nothing is rounded
+towards a target. Results: ``bench/results/acquire_latency.json``.
+
+Usage: ``python bench/acquire_latency.py [--clients 64] [--rounds 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "acquire_latency.json"
+SPEC = {"cpu": "250m", "memory": "128Mi"}
+IMAGE = "sandman/empty"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(values),
+        "p50": round(pct(values, 0.5), 3),
+        "p90": round(pct(values, 0.9), 3),
+        "p99": round(pct(values, 0.99), 3),
+        "max": round(max(values), 3) if values else None,
+        "mean": round(statistics.fmean(values), 3) if values else None,
+    }
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return out.stdout
+
+
+class Service:
+    """The ASGI server as a direct child; stopped with SIGINT then SIGKILL, always waited for."""
+
+    def __init__(self, env: dict[str, str], port: int, log: Path, server: str) -> None:
+        self.port = port
+        self.log = log.open("w")
+        if server == "uvicorn":
+            argv = ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
+            argv += ["--log-level", "warning", "--no-access-log"]
+        else:
+            argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        self.proc = subprocess.Popen(
+            [sys.executable, *argv, "sandman_site.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+async def wait_until(check, *, deadline_s: float, what: str, interval_s: float = 0.1) -> Any:
+    end = time.monotonic() + deadline_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise TimeoutError(f"gave up waiting for {what} after {deadline_s} s")
+        await asyncio.sleep(interval_s)  # polling a remote service's observable state
+
+
+class Phase:
+    """Latencies of one measured phase (client-side ms) and what the server reported."""
+
+    def __init__(self) -> None:
+        self.acquire_ms: list[float] = []
+        self.server_wait_ms: list[float] = []
+        self.release_ms: list[float] = []
+        self.get_ms: list[float] = []
+        self.sources: dict[str, int] = {}
+        self.errors: list[str] = []
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "acquire_ms": summary(self.acquire_ms),
+            "acquire_server_wait_ms": summary(self.server_wait_ms),
+            "release_ms": summary(self.release_ms),
+            "sources": self.sources,
+            "error_count": len(self.errors),
+            "errors": self.errors[:10],
+        }
+        if self.get_ms:
+            out["baseline_get_job_ms"] = summary(self.get_ms)
+        return out
+
+
+async def run(args: argparse.Namespace, base: str, token: str, out: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Token {token}"}
+    connector = aiohttp.TCPConnector(limit=args.clients * 2)
+    async with aiohttp.ClientSession(base, headers=headers, connector=connector) as session:
+
+        async def healthy() -> bool:
+            try:
+                async with session.get("/healthz") as r:
+                    return r.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        await wait_until(healthy, deadline_s=60, what="the service to answer /healthz")
+        job_body = {
+            "name": "bench-acquire",
+            "egress": args.egress,
+            "pacing": {"rate_per_s": 200, "burst": 200},
+            "caps": {"max_live": args.clients * 4, "max_creating": 64},
+            "warm": {"per_key": args.clients, "idle_timeout_s": 3600},
+        }
+        async with session.post("/api/v1/jobs/", json=job_body) as r:
+            assert r.status == 201, await r.text()
+            job_id = (await r.json())["id"]
+        out["job_id"] = job_id
+
+        async def counts() -> dict[str, int]:
+            async with session.get(f"/api/v1/jobs/{job_id}/") as r:
+                return (await r.json())["counts"]
+
+        async def quiet_with_warm() -> bool:
+            # Every measured acquire can be warm, and no create of an earlier round is
+            # still competing for the two cores.
+            c = await counts()
+            return c["warm"] >= args.clients and c["creating"] == 0
+
+        async def acquire_release(phase: Phase) -> None:
+            start = time.perf_counter()
+            async with session.post(
+                f"/api/v1/jobs/{job_id}/acquire/",
+                json={"image": IMAGE, "spec": SPEC, "role": "rollout", "timeout_s": 60},
+            ) as r:
+                body = await r.json()
+            elapsed = (time.perf_counter() - start) * 1000
+            if r.status != 200:
+                phase.errors.append(f"{r.status} {body}")
+                return
+            phase.acquire_ms.append(elapsed)
+            phase.server_wait_ms.append(body["wait_ms"])
+            phase.sources[body["source"]] = phase.sources.get(body["source"], 0) + 1
+            start = time.perf_counter()
+            async with session.post(f"/api/v1/sandboxes/{body['sandbox_id']}/release/") as r:
+                await r.read()
+                if r.status != 200:
+                    phase.errors.append(f"release {r.status}")
+            phase.release_ms.append((time.perf_counter() - start) * 1000)
+
+        async def get_job(phase: Phase) -> None:
+            start = time.perf_counter()
+            async with session.get(f"/api/v1/jobs/{job_id}/") as r:
+                await r.read()
+                assert r.status == 200
+            phase.get_ms.append((time.perf_counter() - start) * 1000)
+
+        try:
+            t0 = time.monotonic()
+            prewarm = {"keys": [{"image": IMAGE, "spec": SPEC, "count": args.clients}]}
+            async with session.post(f"/api/v1/jobs/{job_id}/prewarm/", json=prewarm) as r:
+                assert r.status == 202, await r.text()
+            await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool")
+            out["prewarm_s"] = round(time.monotonic() - t0, 3)
+
+            concurrent = Phase()
+            for _ in range(args.rounds):
+                await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
+                await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
+            await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
+            for _ in range(args.rounds):
+                await asyncio.gather(*(get_job(concurrent) for _ in range(args.clients)))
+            out["concurrent"] = concurrent.report()
+
+            serial = Phase()
+            out["serial_window"] = [time.time()]
+            for _ in range(args.serial):
+                await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
+                await acquire_release(serial)
+            await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
+            out["serial_window"].append(time.time())
+            for _ in range(args.serial):
+                await get_job(serial)
+            out["serial"] = serial.report()
+        finally:
+            async with session.post(f"/api/v1/jobs/{job_id}/drain/") as r:
+                assert r.status == 202, await r.text()
+
+            async def all_gone() -> bool:
+                return (await counts())["live"] == 0
+
+            await wait_until(all_gone, deadline_s=600, what="the drain to delete every sandbox")
+
+
+def create_to_ready(env: dict[str, str], serial_window: list[float]) -> dict[str, Any]:
+    """Create-to-Ready of every local sandbox from the DB (``requested_at`` → ``ready_at``;
+    the local provider calls a sandbox Ready when its execd answers /health, so this is
+    create-to-healthy). Reported for all creates and for those requested during the
+    one-client phase (one replacement create at a time, no burst)."""
+    code = (
+        "import json\n"
+        "from sandboxes.models import Sandbox\n"
+        "rows = Sandbox.objects.filter(ready_at__isnull=False).values_list("
+        "'requested_at', 'ready_at')\n"
+        "print(json.dumps([[r[0].timestamp(), (r[1] - r[0]).total_seconds() * 1000]"
+        " for r in rows]))\n"
+    )
+    rows = json.loads(manage(env, "shell", "-c", code).strip().splitlines()[-1])
+    lo, hi = (serial_window + [float("inf")])[:2]
+    return {
+        "create_to_ready_ms": summary([ms for _, ms in rows]),
+        "create_to_ready_serial_phase_ms": summary([ms for at, ms in rows if lo <= at <= hi]),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5, help="concurrent rounds")
+    parser.add_argument("--serial", type=int, default=30, help="one-client acquires")
+    parser.add_argument("--egress", choices=("deny", "allow"), default="deny")
+    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne")
+    parser.add_argument("--settings", default="sandman_site.settings.dev")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="sandman-bench-"))
+    tmp.chmod(0o755)  # the isolated sandbox user must be able to reach its workspace
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": args.settings,
+            "SANDMAN_DEBUG": "0",
+            "SANDMAN_LOG_LEVEL": "WARNING",
+            "SANDMAN_VAR_DIR": str(tmp),
+            "SANDMAN_SANDBOX_ROOT": str(tmp / "sandboxes"),
+            "SANDMAN_CONTROLLER_AUTOSTART": "1",
+            "SANDMAN_CLUSTER_CREATE_RATE": "200",
+            "SANDMAN_CLUSTER_CREATE_BURST": "200",
+        }
+    )
+    database = "postgresql" if env.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
+    if database == "sqlite":
+        env["DATABASE_URL"] = f"sqlite:///{tmp / 'bench.sqlite3'}"
+    manage(env, "migrate", "--noinput")
+    token = (
+        manage(
+            env,
+            "shell",
+            "-c",
+            (
+                "from django.contrib.auth import get_user_model\n"
+                "from rest_framework.authtoken.models import Token\n"
+                "u,_ = get_user_model().objects.get_or_create(username='bench')\n"
+                "print(Token.objects.get_or_create(user=u)[0].key)\n"
+            ),
+        )
+        .strip()
+        .splitlines()[-1]
+    )
+
+    port = free_port()
+    out: dict[str, Any] = {
+        "benchmark": "acquire_latency",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "database": database,
+        "server": f"{args.server} (one process, controller inside), loopback",
+        "settings": args.settings,
+        "backend": env.get("SANDMAN_BACKEND", "local"),
+        "local_isolation": env.get("SANDMAN_LOCAL_ISOLATION", "auto"),
+        "clients": args.clients,
+        "rounds": args.rounds,
+        "serial": args.serial,
+        "egress": args.egress,
+        "spec": SPEC,
+        "image": IMAGE,
+        "host": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "targets": {"acquire_p50_ms": 5, "acquire_p99_ms": 25, "create_to_healthy_p50_ms": 150},
+        "note": "latencies are client-side (request sent to answer read) on the same 2-core "
+        "host as the server; the server's replacement creates run during the rounds",
+    }
+    service = Service(env, port, tmp / "server.log", args.server)
+    try:
+        asyncio.run(run(args, f"http://127.0.0.1:{port}", token, out))
+    finally:
+        service.stop()
+    out.update(create_to_ready(env, out.get("serial_window", [0.0])))
+    shutil.rmtree(tmp, ignore_errors=True)  # the drain confirmed every sandbox deleted
+    out["met"] = {
+        "acquire_p50_at_concurrency": out["concurrent"]["acquire_ms"]["p50"] <= 5,
+        "acquire_p99_at_concurrency": out["concurrent"]["acquire_ms"]["p99"] <= 25,
+        "acquire_p50_serial": out["serial"]["acquire_ms"]["p50"] <= 5,
+        "create_to_healthy_p50_serial": (out["create_to_ready_serial_phase_ms"]["p50"] or 1e9)
+        <= 150,
+        "create_to_healthy_p50_all": (out["create_to_ready_ms"]["p50"] or 1e9) <= 150,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""REST views for jobs: create, list, get (with counts), acquire, prewarm, drain.
+
+Each APIView is one operation: validate → one service / selector / controller call →
+serialize. Ownership is checked FIRST through ``sandboxes.selectors`` (404 for others'
+jobs, whatever the body);
+the controller is imported lazily so URL loading never builds a provider.
+Defaults of an omitted policy come from the ``Job`` model's field defaults, the one
+place they are written down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from sandboxes import selectors
+from sandboxes.apis.common import (
+    JsonApiView,
+    SpecSerializer,
+    StrictCharField,
+    StrictSerializer,
+    check_image,
+    controller,
+    prewarm_key,
+)
+from sandboxes.models import Job
+from sandboxes.states import Egress, Role, SandboxSource
+
+
+def _default(field: str) -> Any:
+    return Job._meta.get_field(field).default
+
+
+# --- job create / list / get --------------------------------------------------------------
+
+
+class TrainerPodSerializer(StrictSerializer):
+    name = StrictCharField(max_length=253)
+    uid = StrictCharField(max_length=64)
+
+
+class PacingSerializer(StrictSerializer):
+    rate_per_s = serializers.FloatField(min_value=0.001, max_value=10_000, required=False)
+    burst = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
+
+
+class CapsSerializer(StrictSerializer):
+    max_live = serializers.IntegerField(min_value=1, max_value=1_000_000, required=False)
+    max_creating = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+
+
+class WarmSerializer(StrictSerializer):
+    per_key = serializers.IntegerField(min_value=0, max_value=10_000, required=False)
+    idle_timeout_s = serializers.FloatField(min_value=0.001, max_value=86_400, required=False)
+
+
+class ReuseSerializer(StrictSerializer):
+    enabled = serializers.BooleanField(required=False)
+    # Paper §4.3 / Appendix I: a pod is reused at most 8 times.
+    max_uses = serializers.IntegerField(min_value=1, max_value=8, required=False)
+
+
+class JobOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    state = serializers.CharField(help_text="active | draining | drained")
+    owner = serializers.CharField(source="owner.get_username")
+    trainer_pod = serializers.SerializerMethodField()
+    pacing = serializers.SerializerMethodField()
+    caps = serializers.SerializerMethodField()
+    warm = serializers.SerializerMethodField()
+    egress = serializers.ChoiceField(choices=Egress.choices)
+    readiness_budget_s = serializers.FloatField()
+    max_lifetime_s = serializers.FloatField()
+    reuse = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    drained_at = serializers.DateTimeField(allow_null=True)
+    counts = serializers.SerializerMethodField()
+
+    def get_trainer_pod(self, job: Job) -> dict[str, str] | None:
+        if not job.trainer_pod_name:
+            return None
+        return {"name": job.trainer_pod_name, "uid": job.trainer_pod_uid}
+
+    def get_pacing(self, job: Job) -> dict[str, float]:
+        return {"rate_per_s": job.rate_per_s, "burst": job.burst}
+
+    def get_caps(self, job: Job) -> dict[str, int]:
+        return {"max_live": job.max_live, "max_creating": job.max_creating}
+
+    def get_warm(self, job: Job) -> dict[str, float]:
+        return {"per_key": job.warm_per_key, "idle_timeout_s": job.idle_timeout_s}
+
+    def get_reuse(self, job: Job) -> dict[str, Any]:
+        return {"enabled": job.reuse_enabled, "max_uses": job.reuse_max_uses}
+
+    def get_counts(self, job: Job) -> dict[str, int]:
+        counts = self.context.get("counts", {}).get(job.pk)
+        if counts is None:
+            counts = selectors.job_counts(job_id=job.pk)
+        return {"live": counts.live, "warm": counts.warm, "creating": counts.creating}
+
+
+class JobCreateApi(JsonApiView):
+    """POST /api/v1/jobs/ — register a job and its pool policy."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "JobCreateInput"
+
+        name = StrictCharField(max_length=200)
+        trainer_pod = TrainerPodSerializer(required=False, allow_null=True)
+        pacing = PacingSerializer(required=False)
+        caps = CapsSerializer(required=False)
+        warm = WarmSerializer(required=False)
+        egress = serializers.ChoiceField(choices=Egress.choices)
+        readiness_budget_s = serializers.FloatField(
+            min_value=0.001, max_value=86_400, required=False
+        )
+        max_lifetime_s = serializers.FloatField(min_value=1, max_value=7 * 86_400, required=False)
+        reuse = ReuseSerializer(required=False)
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            pod = attrs.get("trainer_pod") or {}
+            pacing = attrs.get("pacing") or {}
+            caps = attrs.get("caps") or {}
+            warm = attrs.get("warm") or {}
+            reuse = attrs.get("reuse") or {}
+            out = {
+                "name": attrs["name"],
+                "trainer_pod_name": pod.get("name", ""),
+                "trainer_pod_uid": pod.get("uid", ""),
+                "rate_per_s": pacing.get("rate_per_s", _default("rate_per_s")),
+                "burst": pacing.get("burst", _default("burst")),
+                "max_live": caps.get("max_live", _default("max_live")),
+                "max_creating": caps.get("max_creating", _default("max_creating")),
+                "warm_per_key": warm.get("per_key", _default("warm_per_key")),
+                "idle_timeout_s": warm.get("idle_timeout_s", _default("idle_timeout_s")),
+                "readiness_budget_s": attrs.get(
+                    "readiness_budget_s", _default("readiness_budget_s")
+                ),
+                "max_lifetime_s": attrs.get("max_lifetime_s", _default("max_lifetime_s")),
+                "egress": attrs["egress"],
+                "reuse_enabled": reuse.get("enabled", _default("reuse_enabled")),
+                "reuse_max_uses": reuse.get("max_uses", _default("reuse_max_uses")),
+            }
+            return out
+
+    OutputSerializer = JobOutputSerializer
+
+    @extend_schema(
+        operation_id="job_create",
+        request=InputSerializer,
+        responses={201: JobOutputSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        from sandboxes.services.jobs import job_create
+
+        data = JobCreateApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = job_create(owner=request.user, now=timezone.now(), **data.validated_data)
+        return Response(JobCreateApi.OutputSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class JobListApi(JsonApiView):
+    """GET /api/v1/jobs/ — the caller's jobs, newest first, paginated."""
+
+    OutputSerializer = JobOutputSerializer
+
+    @extend_schema(operation_id="job_list", responses={200: JobOutputSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        from rest_framework.pagination import LimitOffsetPagination
+
+        paginator = LimitOffsetPagination()
+        qs = selectors.job_list_for_user(user=request.user).select_related("owner")
+        page = paginator.paginate_queryset(qs, request, view=self)
+        counts = selectors.job_counts_many(job_ids=[job.pk for job in page])
+        out = JobListApi.OutputSerializer(page, many=True, context={"counts": counts})
+        return paginator.get_paginated_response(out.data)
+
+
+class JobCollectionApi(JobCreateApi, JobListApi):
+    """``/api/v1/jobs/``: GET lists (``JobListApi``), POST creates (``JobCreateApi``)."""
+
+
+class JobDetailApi(JsonApiView):
+    """GET /api/v1/jobs/{id}/ — one job with its live, warm and creating counts."""
+
+    OutputSerializer = JobOutputSerializer
+
+    @extend_schema(operation_id="job_get", responses={200: JobOutputSerializer})
+    def get(self, request: Request, job_id: int) -> Response:
+        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+        return Response(JobDetailApi.OutputSerializer(job).data)
+
+
+# --- acquire / prewarm / drain ------------------------------------------------------------
+
+
+class JobAcquireApi(JsonApiView):
+    """POST /api/v1/jobs/{id}/acquire/ — a warm, reused or new sandbox for one worker."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "AcquireInput"
+
+        image = StrictCharField(max_length=512)
+        base_commit = StrictCharField(max_length=64, required=False, allow_null=True)
+        spec = SpecSerializer()
+        role = serializers.ChoiceField(choices=Role.choices, required=False, default=Role.ROLLOUT)
+        timeout_s = serializers.FloatField(
+            min_value=0.001, max_value=3600, required=False, allow_null=True
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            base_commit = attrs.get("base_commit") or None
+            check_image(attrs["image"], base_commit)
+            return {
+                "image": attrs["image"],
+                "base_commit": base_commit,
+                **attrs["spec"],
+                "role": attrs["role"],
+                "timeout_s": attrs.get("timeout_s"),
+            }
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "AcquireOutput"
+
+        sandbox_id = serializers.IntegerField()
+        name = serializers.CharField()
+        address = serializers.CharField(help_text="host:port of execd (pod IP, never a Service)")
+        token = serializers.CharField(help_text="Bearer token for execd; shown only here")
+        source = serializers.ChoiceField(choices=SandboxSource.choices)
+        wait_ms = serializers.FloatField()
+        queue_ms = serializers.FloatField()
+
+    @extend_schema(
+        operation_id="job_acquire", request=InputSerializer, responses={200: OutputSerializer}
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+        data = JobAcquireApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = controller().acquire(job_id=job.pk, user_id=request.user.pk, **data.validated_data)
+        return Response(JobAcquireApi.OutputSerializer(result).data)
+
+
+class PrewarmKeySerializer(StrictSerializer):
+    image = StrictCharField(max_length=512)
+    base_commit = StrictCharField(max_length=64, required=False, allow_null=True)
+    spec = SpecSerializer()
+    count = serializers.IntegerField(min_value=1, max_value=10_000)
+    role = serializers.ChoiceField(choices=Role.choices, required=False, default=Role.ROLLOUT)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        base_commit = attrs.get("base_commit") or None
+        check_image(attrs["image"], base_commit)
+        return {
+            "image": attrs["image"],
+            "base_commit": base_commit,
+            **attrs["spec"],
+            "count": attrs["count"],
+            "role": attrs["role"],
+        }
+
+
+_ACCEPTED = inline_serializer(
+    "Accepted",
+    fields={"job_id": serializers.IntegerField(), "accepted": serializers.BooleanField()},
+)
+
+
+class JobPrewarmApi(JsonApiView):
+    """POST /api/v1/jobs/{id}/prewarm/ — build warm pods per key; answers 202 at once."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "PrewarmInput"
+
+        keys = PrewarmKeySerializer(many=True, allow_empty=False, max_length=256)
+
+    @extend_schema(operation_id="job_prewarm", request=InputSerializer, responses={202: _ACCEPTED})
+    def post(self, request: Request, job_id: int) -> Response:
+        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+        data = JobPrewarmApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        keys = [prewarm_key(**key) for key in data.validated_data["keys"]]
+        controller().prewarm(job_id=job.pk, keys=keys)
+        return Response({"job_id": job.pk, "accepted": True}, status=status.HTTP_202_ACCEPTED)
+
+
+class JobDrainApi(JsonApiView):
+    """POST /api/v1/jobs/{id}/drain/ — delete everything of the job; answers 202 at once."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "DrainInput"
+
+    @extend_schema(operation_id="job_drain", request=None, responses={202: _ACCEPTED})
+    def post(self, request: Request, job_id: int) -> Response:
+        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+        data = JobDrainApi.InputSerializer(data=request.data or {})
+        data.is_valid(raise_exception=True)
+        controller().drain(job_id=job.pk)
+        return Response({"job_id": job.pk, "accepted": True}, status=status.HTTP_202_ACCEPTED)

@@ -1,0 +1,172 @@
+"""REST views for sandboxes: list (filtered, paginated), detail with timeline, release.
+
+Invariant: no response built here ever carries a sandbox's token. The token leaves the
+service exactly once, in the acquire answer (``sandboxes.apis.jobs.JobAcquireApi``);
+the selectors defer the column and the output serializers do not declare it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from sandboxes import selectors
+from sandboxes.apis.common import (
+    JsonApiView,
+    SpecOutputSerializer,
+    StrictCharField,
+    StrictSerializer,
+    controller,
+)
+from sandboxes.models import Sandbox
+from sandboxes.states import Role, SandboxState
+
+_VERDICTS = (("pass", "pass"), ("fail", "fail"), ("none", "none"))
+
+
+class SandboxOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    job = serializers.IntegerField(source="job_id")
+    role = serializers.ChoiceField(choices=Role.choices)
+    state = serializers.ChoiceField(choices=SandboxState.choices)
+    source = serializers.CharField(help_text="warm | reused | created, or empty before hand-out")
+    backend = serializers.CharField()
+    image = serializers.CharField()
+    base_commit = serializers.CharField(allow_blank=True)
+    spec = SpecOutputSerializer(source="*")
+    egress = serializers.CharField()
+    address = serializers.CharField(allow_blank=True)
+    node = serializers.CharField(allow_blank=True)
+    guards = serializers.JSONField()
+    reuse_count = serializers.IntegerField()
+    failure_reason = serializers.CharField(allow_blank=True)
+    requested_at = serializers.DateTimeField()
+    ready_at = serializers.DateTimeField(allow_null=True)
+    acquired_at = serializers.DateTimeField(allow_null=True)
+    released_at = serializers.DateTimeField(allow_null=True)
+    deleted_at = serializers.DateTimeField(allow_null=True)
+
+
+class SandboxListApi(JsonApiView):
+    """GET /api/v1/sandboxes/?job=&state=&role= — the caller's sandboxes, newest first."""
+
+    class FilterSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "SandboxFilter"
+
+        job = serializers.IntegerField(min_value=1, required=False)
+        state = serializers.ChoiceField(choices=SandboxState.choices, required=False)
+        role = serializers.ChoiceField(choices=Role.choices, required=False)
+
+    OutputSerializer = SandboxOutputSerializer
+
+    @extend_schema(
+        operation_id="sandbox_list",
+        parameters=[
+            OpenApiParameter("job", int, description="only this job's sandboxes"),
+            OpenApiParameter("state", str, enum=SandboxState.values),
+            OpenApiParameter("role", str, enum=Role.values),
+        ],
+        responses={200: SandboxOutputSerializer(many=True)},
+    )
+    def get(self, request: Request) -> Response:
+        filters = SandboxListApi.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        f = filters.validated_data
+        qs = selectors.sandbox_list_for_user(
+            user=request.user, job_id=f.get("job"), state=f.get("state"), role=f.get("role")
+        )
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(
+            SandboxListApi.OutputSerializer(page, many=True).data
+        )
+
+
+class SandboxEventSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    detail = serializers.JSONField()
+
+
+class SandboxDetailApi(JsonApiView):
+    """GET /api/v1/sandboxes/{id}/ — one sandbox, all its timestamps and its event timeline."""
+
+    class OutputSerializer(SandboxOutputSerializer):
+        class Meta:
+            ref_name = "SandboxDetail"
+
+        key_hash = serializers.CharField()
+        agent_used = serializers.BooleanField()
+        address_failures = serializers.IntegerField()
+        image_present = serializers.BooleanField(allow_null=True)
+        pull_ms = serializers.FloatField(allow_null=True)
+        api_created_at = serializers.DateTimeField(allow_null=True)
+        scheduled_at = serializers.DateTimeField(allow_null=True)
+        address_assigned_at = serializers.DateTimeField(allow_null=True)
+        image_pulled_at = serializers.DateTimeField(allow_null=True)
+        started_at = serializers.DateTimeField(allow_null=True)
+        healthy_at = serializers.DateTimeField(allow_null=True)
+        deleting_at = serializers.DateTimeField(allow_null=True)
+        events = serializers.SerializerMethodField()
+
+        def get_events(self, sandbox: Sandbox) -> list[dict[str, Any]]:
+            rows = selectors.sandbox_events(sandbox_id=sandbox.pk)
+            return SandboxEventSerializer(rows, many=True).data
+
+    @extend_schema(operation_id="sandbox_get", responses={200: OutputSerializer})
+    def get(self, request: Request, sandbox_id: int) -> Response:
+        sandbox = selectors.sandbox_get_for_user(user=request.user, sandbox_id=sandbox_id)
+        return Response(SandboxDetailApi.OutputSerializer(sandbox).data)
+
+
+class ReleaseOutcomeSerializer(StrictSerializer):
+    """The grading outcome a trainer reports with a release (checked reuse reads it)."""
+
+    verdict = serializers.ChoiceField(choices=_VERDICTS)
+    patch_sha256 = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": "Must be 64 lowercase hex digits."},
+    )
+    suite = StrictCharField(max_length=200, required=False, allow_null=True)
+
+
+class SandboxReleaseApi(JsonApiView):
+    """POST /api/v1/sandboxes/{id}/release/ — give the sandbox back, with the grading outcome."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "ReleaseInput"
+
+        outcome = ReleaseOutcomeSerializer(required=False, allow_null=True)
+
+    OutputSerializer = inline_serializer(
+        "ReleaseOutput",
+        fields={"sandbox_id": serializers.IntegerField(), "released": serializers.BooleanField()},
+    )
+
+    @extend_schema(
+        operation_id="sandbox_release",
+        request=InputSerializer,
+        responses={200: OutputSerializer},
+    )
+    def post(self, request: Request, sandbox_id: int) -> Response:
+        sandbox = selectors.sandbox_get_for_user(user=request.user, sandbox_id=sandbox_id)
+        data = SandboxReleaseApi.InputSerializer(data=request.data or {})
+        data.is_valid(raise_exception=True)
+        outcome = data.validated_data.get("outcome") or {}
+        controller().release(
+            sandbox_id=sandbox.pk,
+            verdict=outcome.get("verdict"),
+            patch_sha256=outcome.get("patch_sha256"),
+            suite=outcome.get("suite"),
+        )
+        return Response({"sandbox_id": sandbox.pk, "released": True})

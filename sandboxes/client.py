@@ -1,0 +1,527 @@
+"""A Python client for trainers: Sandman's REST API and each sandbox's execd.
+
+Standard library only (``http.client`` + ``json``), so a trainer can vendor this file.
+
+    client = Client("http://sandman:8000", token)
+    job = client.job(name="run-7", egress="deny", pacing={"rate_per_s": 20, "burst": 20})
+    with job.acquire(image="sandman/empty", spec={"cpu": "1", "memory": "1Gi"}) as sb:
+        print(sb.run("echo hi").output)
+        sb.write("a.txt", "hello\\n")
+        assert sb.read("a.txt").content == "hello\\n"
+    # leaving the block releases the sandbox, also when the block raised
+
+Rules a reader must not break:
+* Every error (REST or execd) surfaces as ``SandmanClientError(status, code, detail)``.
+* execd calls go straight to the sandbox's ``address`` with ``Authorization: Bearer``,
+  on one keep-alive connection per sandbox; REST calls use one keep-alive connection
+  per thread (``http.client`` connections are not thread-safe).
+* A request is retried once, and only when a REUSED keep-alive connection turned out
+  to be closed by the server before any answer (the usual idle-close race); a fresh
+  connection's failure is raised as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import socket
+import threading
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+_RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+class SandmanClientError(Exception):
+    """An error answer (or a failed connection: status 0) from Sandman or execd."""
+
+    def __init__(self, status: int, code: str, detail: str, body: Any = None) -> None:
+        super().__init__(f"{status} {code}: {detail}")
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.body = body
+
+
+# --- HTTP plumbing --------------------------------------------------------------------------
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection to ``host:port`` with JSON helpers."""
+
+    def __init__(self, host: str, port: int, *, https: bool, timeout_s: float) -> None:
+        klass = http.client.HTTPSConnection if https else http.client.HTTPConnection
+        self._conn = klass(host, port, timeout=timeout_s)
+        self._used = False
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout_s: float | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        for attempt in (1, 2):
+            reused = self._used and self._conn.sock is not None
+            try:
+                if timeout_s is not None:
+                    self._conn.timeout = timeout_s
+                    if self._conn.sock is not None:
+                        self._conn.sock.settimeout(timeout_s)
+                self._conn.request(method, path, body=body, headers=headers)
+                response = self._conn.getresponse()
+                data = response.read()
+                self._used = True
+                return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+            except _RETRYABLE as exc:
+                self._conn.close()
+                if reused and attempt == 1:
+                    continue
+                raise SandmanClientError(0, "connection_failed", str(exc)) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                self._conn.close()
+                if isinstance(exc, socket.timeout | TimeoutError):
+                    raise SandmanClientError(0, "timeout", f"{method} {path}: {exc}") from exc
+                raise SandmanClientError(0, "connection_failed", f"{method} {path}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise SandmanClientError(0, "bad_address", f"sandbox address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def _decode(status: int, data: bytes) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        if status >= 400:
+            return None
+        raise SandmanClientError(status, "bad_response", "answer is not JSON") from exc
+
+
+def _raise_for(status: int, payload: Any) -> None:
+    if status < 400:
+        return
+    if isinstance(payload, dict):
+        code = str(payload.get("error") or payload.get("code") or "error")
+        detail = str(payload.get("detail") or payload.get("message") or payload)
+    else:
+        code, detail = "error", f"HTTP {status}"
+    raise SandmanClientError(status, code, detail, payload)
+
+
+# --- execd results ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int | None
+    output: str
+    output_bytes: int = 0
+    truncated: bool = False
+    duration_ms: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.error
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    content: str
+    size: int
+    sha256: str
+    raw: dict[str, Any]
+
+    def __str__(self) -> str:
+        return self.content
+
+
+@dataclass(frozen=True)
+class BytesResult:
+    data: bytes
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    size: int
+    sha256: str
+
+
+# --- the sandbox (execd) ------------------------------------------------------------------
+
+
+class Sandbox:
+    """An acquired sandbox: execd at ``address``; a context manager that releases on exit."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        sandbox_id: int,
+        name: str,
+        address: str,
+        token: str,
+        source: str,
+        wait_ms: float,
+        queue_ms: float,
+    ) -> None:
+        self.client = client
+        self.sandbox_id = sandbox_id
+        self.name = name
+        self.address = address
+        self.source = source
+        self.wait_ms = wait_ms
+        self.queue_ms = queue_ms
+        self._token = token
+        self._conn: _Connection | None = None
+        self._released = False
+        self.verdict: str | None = None
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"<Sandbox {self.sandbox_id} {self.name} at {self.address} ({self.source})>"
+
+    # context manager: release on any exit
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._released:
+            return
+        try:
+            self.release(verdict=self.verdict)
+        except SandmanClientError as failed:
+            if exc is None:
+                raise
+            # Keep the block's own error; the failed release rides along as a note.
+            exc.add_note(f"and releasing sandbox {self.sandbox_id} failed: {failed}")
+
+    def _execd(
+        self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        if self._conn is None:
+            host, port = _split_address(self.address)
+            self._conn = _Connection(host, port, https=False, timeout_s=self.client.timeout_s)
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        body = None
+        if payload is not None:
+            body = json.dumps(payload).encode()
+            headers["Content-Type"] = "application/json"
+        return self._conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
+
+    def _execd_json(
+        self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
+    ) -> Any:
+        status, _, data = self._execd(method, path, payload, timeout_s=timeout_s)
+        decoded = _decode(status, data)
+        _raise_for(status, decoded)
+        return decoded
+
+    def health(self) -> dict[str, Any]:
+        return self._execd_json("GET", "/health")
+
+    def run(self, command: str, *, timeout_s: float = 300.0, cwd: str | None = None) -> RunResult:
+        """Run one command in the sandbox's persistent shell."""
+        payload: dict[str, Any] = {"command": command, "timeout_s": timeout_s}
+        if cwd is not None:
+            payload["cwd"] = cwd
+        # The HTTP wait must outlast execd's own timeout so execd's answer arrives.
+        body = self._execd_json("POST", "/exec", payload, timeout_s=timeout_s + 30.0)
+        return RunResult(
+            exit_code=body.get("exit_code"),
+            output=body.get("output", ""),
+            output_bytes=int(body.get("output_bytes", 0) or 0),
+            truncated=bool(body.get("truncated", False)),
+            duration_ms=float(body.get("duration_ms", 0.0) or 0.0),
+            error=body.get("error"),
+        )
+
+    def read(
+        self, path: str, *, start_line: int | None = None, max_lines: int | None = None
+    ) -> ReadResult:
+        """A UTF-8 text window; ``size`` and ``sha256`` are of the WHOLE file."""
+        payload: dict[str, Any] = {"path": path}
+        if start_line is not None:
+            payload["start_line"] = start_line
+        if max_lines is not None:
+            payload["max_lines"] = max_lines
+        body = self._execd_json("POST", "/files/read", payload)
+        content = body.get("content", body.get("text", ""))
+        return ReadResult(
+            content=content, size=int(body.get("size", 0)), sha256=body.get("sha256", ""), raw=body
+        )
+
+    def read_bytes(self, path: str) -> BytesResult:
+        """The exact bytes of a file (base64 in JSON, or a raw body)."""
+        status, headers, data = self._execd("POST", "/files/read_bytes", {"path": path})
+        if headers.get("content-type", "").startswith("application/json"):
+            body = _decode(status, data)
+            _raise_for(status, body)
+            raw = base64.b64decode(body.get("content_b64", body.get("data_b64", "")))
+            return BytesResult(
+                data=raw,
+                size=int(body.get("size", len(raw))),
+                sha256=body.get("sha256") or hashlib.sha256(raw).hexdigest(),
+            )
+        _raise_for(status, None)
+        return BytesResult(
+            data=data,
+            size=int(headers.get("x-size", len(data))),
+            sha256=headers.get("x-sha256") or hashlib.sha256(data).hexdigest(),
+        )
+
+    def write(
+        self,
+        path: str,
+        content: str | bytes,
+        *,
+        expected_sha256: str | None = None,
+        mode: int | str | None = None,
+        make_parents: bool = False,
+    ) -> WriteResult:
+        """Atomic write; with ``expected_sha256`` execd refuses (409) if the file changed."""
+        payload: dict[str, Any] = {"path": path}
+        if isinstance(content, bytes):
+            payload["content_b64"] = base64.b64encode(content).decode("ascii")
+        else:
+            payload["content"] = content
+        if expected_sha256 is not None:
+            payload["expected_sha256"] = expected_sha256
+        if mode is not None:
+            payload["mode"] = mode
+        if make_parents:
+            payload["make_parents"] = True
+        body = self._execd_json("POST", "/files/write", payload)
+        return WriteResult(size=int(body["size"]), sha256=body["sha256"])
+
+    def env(self) -> dict[str, str]:
+        body = self._execd_json("GET", "/env")
+        return body.get("env", body)
+
+    def set_env(self, set: dict[str, str] | None = None, unset: list[str] | None = None) -> Any:  # noqa: A002
+        return self._execd_json("POST", "/env", {"set": set or {}, "unset": unset or []})
+
+    def reset(self) -> Any:
+        """Kill every process the sandbox started and restart its shell."""
+        return self._execd_json("POST", "/reset", {})
+
+    def probe(self) -> dict[str, Any]:
+        return self._execd_json("GET", "/probe")
+
+    def release(
+        self,
+        *,
+        verdict: str | None = None,
+        patch_sha256: str | None = None,
+        suite: str | None = None,
+    ) -> None:
+        """Give the sandbox back (once); closes the execd connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        outcome: dict[str, Any] | None = None
+        if verdict is not None:
+            outcome = {"verdict": verdict}
+            if patch_sha256 is not None:
+                outcome["patch_sha256"] = patch_sha256
+            if suite is not None:
+                outcome["suite"] = suite
+        self.client._call(
+            "POST",
+            f"/api/v1/sandboxes/{self.sandbox_id}/release/",
+            {"outcome": outcome} if outcome else {},
+        )
+        self._released = True
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+
+# --- jobs and the REST client ---------------------------------------------------------------
+
+
+class Job:
+    """A registered job; acquire, prewarm and drain act on its pool."""
+
+    def __init__(self, client: Client, data: dict[str, Any]) -> None:
+        self.client = client
+        self.data = data
+        self.id: int = data["id"]
+        self.name: str = data["name"]
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.name} {self.data.get('state')}>"
+
+    def refresh(self) -> Job:
+        self.data = self.client._call("GET", f"/api/v1/jobs/{self.id}/")
+        return self
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(self.data.get("counts", {}))
+
+    def acquire(
+        self,
+        *,
+        image: str,
+        spec: dict[str, Any],
+        role: str = "rollout",
+        base_commit: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Sandbox:
+        payload: dict[str, Any] = {"image": image, "spec": spec, "role": role}
+        if base_commit is not None:
+            payload["base_commit"] = base_commit
+        if timeout_s is not None:
+            payload["timeout_s"] = timeout_s
+        http_timeout = None if timeout_s is None else max(self.client.timeout_s, timeout_s + 30.0)
+        body = self.client._call(
+            "POST", f"/api/v1/jobs/{self.id}/acquire/", payload, timeout_s=http_timeout
+        )
+        return Sandbox(
+            self.client,
+            sandbox_id=body["sandbox_id"],
+            name=body.get("name", ""),
+            address=body["address"],
+            token=body["token"],
+            source=body["source"],
+            wait_ms=float(body["wait_ms"]),
+            queue_ms=float(body["queue_ms"]),
+        )
+
+    def prewarm(self, keys: list[dict[str, Any]]) -> dict[str, Any]:
+        """``keys``: ``[{image, base_commit?, spec, count}]``; returns at once (202)."""
+        return self.client._call("POST", f"/api/v1/jobs/{self.id}/prewarm/", {"keys": keys})
+
+    def drain(self) -> dict[str, Any]:
+        """Delete everything of the job; returns at once (202)."""
+        return self.client._call("POST", f"/api/v1/jobs/{self.id}/drain/", {})
+
+    def sandboxes(self, *, state: str | None = None, role: str | None = None) -> list[dict]:
+        return self.client.sandboxes(job=self.id, state=state, role=role)
+
+
+class Client:
+    """Sandman's REST API at ``base_url`` with a DRF token (``Authorization: Token``)."""
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 600.0) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url {base_url!r} must be http(s)://host[:port]")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")
+        self._token = token
+        self.timeout_s = timeout_s
+        self._local = threading.local()
+        self._all: list[_Connection] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Client {self._host}:{self._port}{self._prefix}>"
+
+    def _connection(self) -> _Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _Connection(self._host, self._port, https=self._https, timeout_s=self.timeout_s)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        *,
+        query: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        headers = {"Authorization": f"Token {self._token}", "Accept": "application/json"}
+        body = None
+        if payload is not None:
+            body = json.dumps(payload).encode()
+            headers["Content-Type"] = "application/json"
+        url = self._prefix + path
+        if query:
+            clean = {k: v for k, v in query.items() if v is not None}
+            if clean:
+                url += "?" + urlencode(clean)
+        status, _, data = self._connection().request(
+            method, url, body=body, headers=headers, timeout_s=timeout_s or self.timeout_s
+        )
+        decoded = _decode(status, data)
+        _raise_for(status, decoded)
+        return decoded
+
+    # jobs
+    def job(self, *, name: str, egress: str = "deny", **policy: Any) -> Job:
+        """Register a job. ``policy``: trainer_pod, pacing, caps, warm, readiness_budget_s,
+        max_lifetime_s, reuse — the shapes of ``POST /api/v1/jobs/``."""
+        body = {
+            k: v for k, v in {"name": name, "egress": egress, **policy}.items() if v is not None
+        }
+        return Job(self, self._call("POST", "/api/v1/jobs/", body))
+
+    def get_job(self, job_id: int) -> Job:
+        return Job(self, self._call("GET", f"/api/v1/jobs/{job_id}/"))
+
+    def jobs(self) -> list[Job]:
+        return [Job(self, row) for row in self._paged("/api/v1/jobs/", {})]
+
+    # sandboxes
+    def sandboxes(
+        self, *, job: int | None = None, state: str | None = None, role: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self._paged("/api/v1/sandboxes/", {"job": job, "state": state, "role": role})
+
+    def sandbox(self, sandbox_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/api/v1/sandboxes/{sandbox_id}/")
+
+    def _paged(self, path: str, query: dict[str, Any]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            page = self._call("GET", path, query={**query, "limit": 100, "offset": offset})
+            rows.extend(page["results"])
+            if not page.get("next"):
+                return rows
+            offset += len(page["results"])

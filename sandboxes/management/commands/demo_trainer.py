@@ -1,0 +1,183 @@
+"""``manage.py demo_trainer``: simulated rollouts through the Python client, over HTTP.
+
+Each rollout does what a trainer's agent worker does (ARCHITECTURE.md §2): acquire a
+sandbox, run a few commands in its persistent shell, write a file, read it back and check
+its sha256 against what execd reported for the write, then release with a verdict. C
+worker threads share N rollouts. It talks to the service only through
+``sandboxes.client`` (HTTP), so it works against ``runserver``/Daphne as well as a
+test's live server. Without ``--token`` it makes (or reuses) the user ``demo-trainer``
+and its DRF token in THIS process's database, which must be the server's.
+
+The job it registers is drained at the end unless ``--keep-job``, so a loop of demo
+runs does not pile up warm pods.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from sandboxes.client import Client, Job, SandmanClientError
+
+DEMO_USER = "demo-trainer"
+
+
+@dataclass
+class RolloutResult:
+    ok: bool
+    source: str = ""
+    wait_ms: float = 0.0
+    total_ms: float = 0.0
+    error: str = ""
+
+
+def demo_token() -> str:
+    """The demo user's DRF token in the local database (created on first use)."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user, _ = get_user_model().objects.get_or_create(username=DEMO_USER)
+    token, _ = Token.objects.get_or_create(user=user)
+    return token.key
+
+
+def one_rollout(job: Job, *, index: int, image: str, spec: dict[str, Any]) -> RolloutResult:
+    started = time.monotonic()
+    try:
+        with job.acquire(image=image, spec=spec, role="rollout", timeout_s=120) as sandbox:
+            first = sandbox.run("echo rollout-$((6*7)) && pwd")
+            if first.exit_code != 0 or "rollout-42" not in first.output:
+                raise RuntimeError(f"echo gave exit {first.exit_code}: {first.output!r}")
+            sandbox.run("export DEMO_STEP=2; mkdir -p work && cd work")
+            second = sandbox.run('echo "$DEMO_STEP:$(basename "$PWD")"')
+            if second.output.strip() != "2:work":  # the shell kept its env and cwd
+                raise RuntimeError(f"shell state lost: {second.output!r}")
+            content = f"rollout {index}\nuuid {uuid.uuid4()}\n"
+            written = sandbox.write("work/answer.txt", content)
+            expected = hashlib.sha256(content.encode()).hexdigest()
+            back = sandbox.read("work/answer.txt")
+            raw = sandbox.read_bytes("work/answer.txt")
+            if not (
+                written.sha256 == back.sha256 == expected == hashlib.sha256(raw.data).hexdigest()
+            ):
+                raise RuntimeError("sha256 of the file read back does not match the write")
+            if back.content != content:
+                raise RuntimeError("the file read back differs from what was written")
+            sandbox.verdict = "pass"
+            source, wait_ms = sandbox.source, sandbox.wait_ms
+        return RolloutResult(
+            ok=True,
+            source=source,
+            wait_ms=wait_ms,
+            total_ms=(time.monotonic() - started) * 1000,
+        )
+    except (SandmanClientError, RuntimeError, KeyError) as exc:
+        return RolloutResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def wait_for_warm(job: Job, *, count: int, deadline_s: float) -> int:
+    """Poll the job's warm count until ``count`` or the deadline; returns what it saw."""
+    end = time.monotonic() + deadline_s
+    warm = 0
+    while time.monotonic() < end:
+        warm = job.refresh().counts.get("warm", 0)
+        if warm >= count:
+            break
+        time.sleep(0.2)  # a poll interval against a remote service, not a test sync
+    return warm
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+class Command(BaseCommand):
+    help = "Run N simulated rollouts with C concurrent workers against Sandman over HTTP."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--rollouts", type=int, default=8)
+        parser.add_argument("--concurrency", type=int, default=4)
+        parser.add_argument("--url", default="http://127.0.0.1:8000")
+        parser.add_argument("--token", default="")
+        parser.add_argument("--image", default="sandman/empty")
+        parser.add_argument("--cpu", default="500m")
+        parser.add_argument("--memory", default="256Mi")
+        parser.add_argument("--prewarm", type=int, default=0, help="warm pods to build first")
+        parser.add_argument(
+            "--egress",
+            choices=("deny", "allow"),
+            default="deny",
+            help="the job's egress policy (deny needs a host that can isolate sandboxes)",
+        )
+        parser.add_argument("--keep-job", action="store_true", help="do not drain at the end")
+        parser.add_argument("--name", default="", help="job name (default demo-<time>)")
+
+    def handle(self, *args: Any, **opts: Any) -> str | None:
+        rollouts, concurrency = opts["rollouts"], opts["concurrency"]
+        if rollouts < 1 or concurrency < 1 or opts["prewarm"] < 0:
+            raise CommandError("--rollouts and --concurrency must be >= 1, --prewarm >= 0")
+        token = opts["token"] or demo_token()
+        spec = {"cpu": opts["cpu"], "memory": opts["memory"]}
+        client = Client(opts["url"], token)
+        try:
+            job = client.job(
+                name=opts["name"] or f"demo-{time.strftime('%H%M%S')}",
+                egress=opts["egress"],
+                caps={"max_live": max(64, concurrency + opts["prewarm"] + 8)},
+            )
+            if opts["prewarm"]:
+                job.prewarm([{"image": opts["image"], "spec": spec, "count": opts["prewarm"]}])
+                warm = wait_for_warm(job, count=opts["prewarm"], deadline_s=120)
+                self.stdout.write(f"prewarmed {warm}/{opts['prewarm']} warm sandboxes")
+            results = self._run(job, rollouts, concurrency, opts["image"], spec)
+            if not opts["keep_job"]:
+                job.drain()
+        except SandmanClientError as exc:
+            raise CommandError(f"Sandman answered {exc}") from exc
+        finally:
+            client.close()
+        return self._summary(job, results)
+
+    def _run(
+        self, job: Job, rollouts: int, concurrency: int, image: str, spec: dict[str, Any]
+    ) -> list[RolloutResult]:
+        lock = threading.Lock()
+        results: list[RolloutResult] = []
+
+        def work(i: int) -> None:
+            result = one_rollout(job, index=i, image=image, spec=spec)
+            with lock:
+                results.append(result)
+            if not result.ok:
+                self.stderr.write(f"rollout {i} failed: {result.error}")
+
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout") as pool:
+            list(pool.map(work, range(rollouts)))
+        return results
+
+    def _summary(self, job: Job, results: list[RolloutResult]) -> str:
+        ok = [r for r in results if r.ok]
+        sources = {s: sum(1 for r in ok if r.source == s) for s in ("warm", "reused", "created")}
+        waits = [r.wait_ms for r in ok]
+        line = (
+            f"demo_trainer job={job.id} rollouts={len(results)} ok={len(ok)} "
+            f"failed={len(results) - len(ok)} "
+            f"warm={sources['warm']} reused={sources['reused']} created={sources['created']} "
+            f"wait_ms_p50={_pct(waits, 0.5):.1f} wait_ms_p99={_pct(waits, 0.99):.1f} "
+            f"rollout_ms_mean={statistics.fmean([r.total_ms for r in ok]) if ok else 0.0:.1f}"
+        )
+        self.stdout.write(line)
+        if len(ok) != len(results):
+            raise CommandError(f"{len(results) - len(ok)} of {len(results)} rollouts failed")
+        return None

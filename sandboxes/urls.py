@@ -1,0 +1,27 @@
+"""REST routes of the sandboxes app, mounted under ``/api/v1/`` (ARCHITECTURE.md §4)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from sandboxes.apis.jobs import (
+    JobAcquireApi,
+    JobCollectionApi,
+    JobDetailApi,
+    JobDrainApi,
+    JobPrewarmApi,
+)
+from sandboxes.apis.sandboxes import SandboxDetailApi, SandboxListApi, SandboxReleaseApi
+
+urlpatterns = [
+    path("jobs/", JobCollectionApi.as_view(), name="job-list"),
+    path("jobs/<int:job_id>/", JobDetailApi.as_view(), name="job-detail"),
+    path("jobs/<int:job_id>/acquire/", JobAcquireApi.as_view(), name="job-acquire"),
+    path("jobs/<int:job_id>/prewarm/", JobPrewarmApi.as_view(), name="job-prewarm"),
+    path("jobs/<int:job_id>/drain/", JobDrainApi.as_view(), name="job-drain"),
+    path("sandboxes/", SandboxListApi.as_view(), name="sandbox-list"),
+    path("sandboxes/<int:sandbox_id>/", SandboxDetailApi.as_view(), name="sandbox-detail"),
+    path(
+        "sandboxes/<int:sandbox_id>/release/", SandboxReleaseApi.as_view(), name="sandbox-release"
+    ),
+]
