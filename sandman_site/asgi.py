@@ -16,17 +16,33 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sandman_site.routing import websocket_urlpatterns  # noqa: E402
 from sandman_site.startup import start_controller_once  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
-    }
+
+def build_application(*, serve_static: bool) -> ProtocolTypeRouter:
+    """The ASGI app; ``serve_static`` serves /static/ (dashboard JS, Plotly) from Django.
+
+    A plain ``daphne``/``uvicorn`` process (production, the browser tests) has nothing else
+    to serve the dashboards' scripts, so this is on unless ``SANDMAN_SERVE_STATIC`` is set
+    off (static files served by an ingress instead). Under ``runserver`` it is harmless.
+    """
+    http_app = ASGIStaticFilesHandler(django_asgi_app) if serve_static else django_asgi_app
+    return ProtocolTypeRouter(
+        {
+            "http": http_app,
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            ),
+        }
+    )
+
+
+application = build_application(
+    serve_static=bool(getattr(settings, "SANDMAN_SERVE_STATIC", True))
 )
 
 start_controller_once()

@@ -67,7 +67,11 @@ TEMPLATES = [
 
 DATABASES = {
     "default": database_from_url(
-        env_str("DATABASE_URL"), sqlite_default=VAR_DIR / "sandman.sqlite3"
+        env_str("DATABASE_URL"),
+        sqlite_default=VAR_DIR / "sandman.sqlite3",
+        # PostgreSQL connection pool per process (psycopg_pool); 0 turns it off.
+        pool_max=env_int("SANDMAN_DB_POOL_MAX", 32),
+        pool_min=env_int("SANDMAN_DB_POOL_MIN", 4),
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -135,6 +139,8 @@ SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)
 SANDMAN_CLUSTER_CREATE_BURST = env_int("SANDMAN_CLUSTER_CREATE_BURST", 100)
 # Start the controller (pool, reconciliation, sweeps) inside this process.
 SANDMAN_CONTROLLER_AUTOSTART = env_bool("SANDMAN_CONTROLLER_AUTOSTART", True)
+# Serve static files (Plotly, dashboard JS) from the ASGI app itself; off behind a CDN-less proxy that serves STATIC_ROOT.
+SANDMAN_SERVE_STATIC = env_bool("SANDMAN_SERVE_STATIC", True)
 SANDMAN_SWEEP_INTERVAL_S = env_float("SANDMAN_SWEEP_INTERVAL_S", 30.0)
 # Local backend isolation: "auto" uses bubblewrap where it works, "off" never, "require" fails.
 SANDMAN_LOCAL_ISOLATION = env_str("SANDMAN_LOCAL_ISOLATION", "auto")
