@@ -1,0 +1,44 @@
+"""A stand-in Kubernetes cluster for tests, benchmarks and rehearsal (paper Appendix F).
+
+An aiohttp server speaking the pod and ConfigMap subset of the Kubernetes API that the
+official client uses, with a simulated scheduler (capacity, soft topology spread),
+address assignment that fails more on crowded nodes (§5.2), image pulls by size with a
+node cache (§5.3), container start and readiness -- optionally with a real execd per
+pod. Gates hold a chosen call until a test releases it; failure plans change answers.
+
+No Django imports anywhere in this package: benchmarks and the provider's tests use it
+without the ORM. Entry point: :class:`StandinCluster`::
+
+    cluster = StandinCluster(nodes=4, seed=1)          # mode="virtual" | "manual" | "realtime"
+    url = cluster.start()                              # background thread + own event loop
+    try:
+        gate = cluster.gates.add("create_stored", name="sb-1")
+        cluster.plans.add("delete", "reset_after_apply", name_prefix="sb-", times=1)
+        ...                                            # drive the provider against ``url``
+        await gate.reached(); gate.release()           # or gate.wait_reached(10) from a thread
+        assert cluster.pods("ns") == []                # the auditor's own view of the store
+        cluster.request_counts()[("watch", "pods")]    # requests by (verb, resource)
+    finally:
+        cluster.stop()
+"""
+
+from __future__ import annotations
+
+from sandboxes.standin.cluster import StandinCluster
+from sandboxes.standin.gates import Gate, GateContext, GateRegistry
+from sandboxes.standin.kubelet import Timings
+from sandboxes.standin.plans import ACTIONS, Plan, PlanRegistry
+from sandboxes.standin.scheduler import AddressModel, NodeSpec
+
+__all__ = [
+    "ACTIONS",
+    "AddressModel",
+    "Gate",
+    "GateContext",
+    "GateRegistry",
+    "NodeSpec",
+    "Plan",
+    "PlanRegistry",
+    "StandinCluster",
+    "Timings",
+]

@@ -1,0 +1,342 @@
+"""``StandinCluster``: the stand-in Kubernetes API, scheduler and kubelet in one object.
+
+Start it in a background thread with its own event loop (``start()`` returns the base
+URL) from tests and benchmarks, or inside a running loop with ``await start_async()``
+(the ``standin_cluster`` command). The in-process API below is what an independent
+auditor uses: it reads the store directly, never through the client under test.
+
+Invariants: every public method is safe to call from any thread (work is marshalled onto
+the cluster's loop and results are deep copies); ``stop()`` releases all gates, ends all
+watches, cancels held requests, stops every execd and waits for it -- a test that started
+a cluster and calls ``stop()`` in ``finally`` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import random
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from sandboxes.standin import control
+from sandboxes.standin.events import EventLog
+from sandboxes.standin.execd_runner import ExecdRunner
+from sandboxes.standin.gates import GateRegistry
+from sandboxes.standin.gc import GarbageCollector
+from sandboxes.standin.kubeconfig import write_kubeconfig
+from sandboxes.standin.kubelet import Kubelet, Timings, prepare_pod
+from sandboxes.standin.plans import PlanRegistry
+from sandboxes.standin.scheduler import AddressModel, NodeSpec, Scheduler, make_nodes
+from sandboxes.standin.server import ApiServer
+from sandboxes.standin.sim import Simulation
+from sandboxes.standin.stats import RequestStats
+from sandboxes.standin.status import rfc3339
+from sandboxes.standin.store import Store
+
+T = TypeVar("T")
+
+
+def _copy(value: T) -> T:
+    return json.loads(json.dumps(value))  # type: ignore[no-any-return]
+
+
+class StandinCluster:
+    def __init__(
+        self,
+        nodes: int | list[NodeSpec] = 3,
+        *,
+        mode: str = "virtual",
+        speed: float = 1.0,
+        seed: int = 0,
+        timings: Timings | None = None,
+        address_model: AddressModel | None = None,
+        images: Mapping[str, int] | None = None,
+        default_image_bytes: int = 43_000_000,
+        run_execd: bool = False,
+        execd_python: str = sys.executable,
+        execd_pythonpath: str | None = None,
+        history_limit: int = 1000,
+        gone_mode: str = "event",
+        bookmark_interval_s: float | None = None,
+        gc_absent_owners: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        epoch: dt.datetime | None = None,
+    ) -> None:
+        if gone_mode not in ("event", "http"):
+            raise ValueError(
+                "gone_mode is 'event' (ERROR event, as the API server) or 'http' (410)"
+            )
+        self._nodes_arg, self.mode, self.speed, self.seed = nodes, mode, speed, seed
+        self.timings = timings or Timings()
+        self.address_model = address_model or AddressModel()
+        self.images = dict(images or {})
+        self.default_image_bytes = default_image_bytes
+        self.run_execd = run_execd
+        self._execd_args = (execd_python, execd_pythonpath)
+        self.history_limit, self.gone_mode = history_limit, gone_mode
+        self.bookmark_interval_s = bookmark_interval_s
+        self.gc_absent_owners = gc_absent_owners
+        self.host, self.port, self._epoch = host, port, epoch
+        self.gates = GateRegistry()
+        self.plans = PlanRegistry()
+        self.stats = RequestStats()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._loop_thread_id: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._driver: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> str:
+        """Serve from a background thread with its own loop; return the base URL."""
+        if self._thread is not None:
+            return self.url
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start_async())
+            except BaseException as exc:  # reported to the starting thread
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=main, name="standin-cluster", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise failure[0]
+        return self.url
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.stop_async(), self._loop).result(timeout=60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=60)
+        self._thread = None
+
+    def __enter__(self) -> StandinCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def start_async(self) -> str:
+        """Serve from the running loop (the CLI). Pair with :meth:`stop_async`."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread_id = threading.get_ident()
+        self.sim = Simulation(self.mode, speed=self.speed, epoch=self._epoch)
+        self.store = Store(
+            now=lambda: rfc3339(self.sim.datetime()),
+            history_limit=self.history_limit,
+            rng=random.Random(self.seed + 1),
+        )
+        self.events_log = EventLog(lambda: rfc3339(self.sim.datetime(), precise=True))
+        self.scheduler = Scheduler(make_nodes(self._nodes_arg))
+        python, pythonpath = self._execd_args
+        self.execd = ExecdRunner(python=python, pythonpath=pythonpath) if self.run_execd else None
+        self.kubelet = Kubelet(
+            store=self.store,
+            sim=self.sim,
+            scheduler=self.scheduler,
+            plans=self.plans,
+            gates=self.gates,
+            events=self.events_log,
+            rng=random.Random(self.seed),
+            timings=self.timings,
+            address_model=self.address_model,
+            images=self.images,
+            default_image_bytes=self.default_image_bytes,
+            execd=self.execd,
+        )
+        self.gc = GarbageCollector(
+            store=self.store,
+            sim=self.sim,
+            events=self.events_log,
+            delay_s=self.timings.gc_s,
+            absent_owners=self.gc_absent_owners,
+        )
+        self.store.listeners += [self.kubelet, self.gc]
+        self.api = ApiServer(
+            store=self.store,
+            gates=self.gates,
+            plans=self.plans,
+            stats=self.stats,
+            gone_mode=self.gone_mode,
+            bookmark_interval_s=self.bookmark_interval_s,
+            precise_now=lambda: rfc3339(self.sim.datetime(), precise=True),
+        )
+        app = web.Application(client_max_size=16 * 2**20)
+        self.api.routes(app)
+        control.add_routes(app, self)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._driver = self._loop.create_task(self.sim.run())
+        return self.url
+
+    async def stop_async(self) -> None:
+        self.gates.release_all()
+        self.store.close_watches()
+        self.api.cancel_hanging()
+        if self._driver is not None:
+            self._driver.cancel()
+            await asyncio.gather(self._driver, return_exceptions=True)
+        await self.sim.stop()
+        if self.execd is not None:
+            await self.execd.stop_all()
+        await self.kubelet.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # --- marshalling ----------------------------------------------------------------------
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._loop is None:
+            raise RuntimeError("the stand-in cluster is not started")
+        if threading.get_ident() == self._loop_thread_id:
+            return fn(*args)
+
+        async def run() -> T:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    # --- in-process API (any thread) ------------------------------------------------------
+    def pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Snapshot of the pod store (the auditor's view, independent of any client)."""
+        return self._call(self._pods, namespace)
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._call(lambda: _copy(self.store.get("pods", namespace, name)))
+
+    def configmaps(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self._call(lambda: _copy(list(self.store.items("configmaps", namespace))))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._call(self._nodes)
+
+    def events(self) -> list[dict[str, Any]]:
+        return self._call(lambda: _copy(self.events_log.list()))
+
+    def address_failures(self) -> dict[str, Any]:
+        return self._call(self._address_failures)
+
+    def request_counts(self) -> Counter[tuple[str, str]]:
+        """Requests by (verb, resource): verbs create/get/list/watch/patch/delete."""
+        return self.stats.snapshot()
+
+    def requests_log(self) -> list[dict[str, Any]]:
+        return self._call(lambda: _copy(self.stats.log))
+
+    def put_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Store a pod directly (another workload's), bypassing plans, gates and counts."""
+        return self._call(self._put_pod, namespace, body)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._call(self.store.delete, "pods", namespace, name)
+
+    def step(self) -> bool:
+        return self._call(self.sim.step)
+
+    def advance(self, seconds: float) -> int:
+        return self._call(self.sim.advance, seconds)
+
+    def run_until_idle(self, timeout: float = 60.0) -> int:
+        """Manual mode: run every queued stage (and the tasks they start) to the end."""
+        if self._loop is None:
+            raise RuntimeError("the stand-in cluster is not started")
+        fut = asyncio.run_coroutine_threadsafe(self.sim.run_until_idle(), self._loop)
+        return fut.result(timeout=timeout)
+
+    def sim_time(self) -> float:
+        return self._call(lambda: self.sim.now)
+
+    def bookmark(self) -> int:
+        """Send a BOOKMARK to every watch that allowed them; returns how many."""
+        return self._call(self.api.bookmark_all)
+
+    def compact_history(self) -> int:
+        """Forget watch history: a watch resuming from before now gets 410."""
+        self._call(self.store.compact)
+        return self.store.compacted_rv
+
+    def close_watches(self) -> int:
+        """End every open watch stream (clients then resume from their last version)."""
+        return self._call(self.store.close_watches)
+
+    def wait_for_watchers(self, n: int, timeout: float = 30.0, *, exact: bool = False) -> bool:
+        """Block until ``n`` watch streams are open (``exact``: exactly ``n``)."""
+        return self.stats.wait_watching(n, timeout, exact=exact)
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        return write_kubeconfig(path, self.url, namespace=namespace)
+
+    # --- loop-side implementations --------------------------------------------------------
+    def _pods(self, namespace: str | None) -> list[dict[str, Any]]:
+        items, _ = self.store.list("pods", namespace)
+        return _copy(items)
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        return [n.summary() for n in self.scheduler.nodes]
+
+    def _address_failures(self) -> dict[str, Any]:
+        by_node = {n.name: n.address_failures for n in self.scheduler.nodes}
+        return {
+            "total": sum(by_node.values()),
+            "by_node": by_node,
+            "by_pod": dict(self.kubelet.address_failures_by_pod),
+        }
+
+    def _request_counts(self) -> dict[str, int]:
+        return {f"{verb} {resource}": n for (verb, resource), n in self.stats.snapshot().items()}
+
+    def _put_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _copy(self.store.create("pods", namespace, prepare_pod(_copy(body))))
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "sim_time": self.sim.now,
+            "mode": self.mode,
+            "pods": self._pods(None),
+            "configmaps": _copy(list(self.store.items("configmaps"))),
+            "nodes": self._nodes(),
+            "events": _copy(self.events_log.list()),
+            "event_counts": dict(self.events_log.counts),
+            "address_failures": self._address_failures(),
+            "requests": self._request_counts(),
+            "watches": self.stats.watching,
+            "resource_version": self.store.rv,
+        }

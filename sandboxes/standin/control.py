@@ -1,0 +1,125 @@
+"""Control routes under ``/_standin/`` for benchmarks and out-of-process tests.
+
+Reads: ``state`` (everything), ``pods``, ``nodes``, ``events``, ``address-failures``,
+``requests``. Writes: ``plans`` (POST adds, DELETE clears), ``gates`` (POST arms one;
+GET ``gates/{id}`` reports it; POST ``gates/{id}/release``), ``bookmark``, ``compact``,
+``close-watches``, ``advance`` (manual mode), ``pods/{ns}`` (store a pod of "another
+workload" without going through plans, gates or request counts). These routes are not
+part of the Kubernetes API and are never counted as API requests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from sandboxes.standin.gates import Gate
+
+if TYPE_CHECKING:
+    from sandboxes.standin.cluster import StandinCluster
+
+
+def add_routes(app: web.Application, cluster: StandinCluster) -> None:
+    gates: dict[int, Gate] = {}
+
+    async def state(request: web.Request) -> web.Response:
+        return web.json_response(cluster._state())
+
+    def reader(fn: Any) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            return web.json_response(fn())
+
+        return handler
+
+    async def add_plan(request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            plan = cluster.plans.add(
+                body["verb"],
+                body["action"],
+                name_prefix=body.get("name_prefix"),
+                label_selector=body.get("label_selector"),
+                times=body.get("times", 1),
+            )
+        except (KeyError, ValueError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        return web.json_response(
+            {"verb": plan.verb, "action": plan.action, "times": plan.times}, status=201
+        )
+
+    async def clear_plans(request: web.Request) -> web.Response:
+        cluster.plans.clear()
+        return web.json_response({"cleared": True})
+
+    async def add_gate(request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            gate = cluster.gates.add(
+                body["point"], name=body.get("name"), name_prefix=body.get("name_prefix")
+            )
+        except (KeyError, ValueError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        gates[len(gates) + 1] = gate
+        return web.json_response({"id": len(gates)}, status=201)
+
+    def _gate(request: web.Request) -> Gate | None:
+        return gates.get(int(request.match_info["id"]))
+
+    async def gate_state(request: web.Request) -> web.Response:
+        gate = _gate(request)
+        if gate is None:
+            return web.json_response({"error": "no such gate"}, status=404)
+        ctx = gate.context
+        return web.json_response(
+            {
+                "point": gate.point,
+                "reached": gate.is_reached,
+                "released": gate.is_released,
+                "name": ctx.name if ctx else None,
+            }
+        )
+
+    async def gate_release(request: web.Request) -> web.Response:
+        gate = _gate(request)
+        if gate is None:
+            return web.json_response({"error": "no such gate"}, status=404)
+        gate.release()
+        return web.json_response({"released": True})
+
+    async def bookmark(request: web.Request) -> web.Response:
+        return web.json_response({"sent": cluster.api.bookmark_all()})
+
+    async def compact(request: web.Request) -> web.Response:
+        cluster.store.compact()
+        return web.json_response({"compacted_rv": cluster.store.compacted_rv})
+
+    async def close_watches(request: web.Request) -> web.Response:
+        return web.json_response({"closed": cluster.store.close_watches()})
+
+    async def advance(request: web.Request) -> web.Response:
+        body = await request.json()
+        ran = cluster.sim.advance(float(body.get("seconds", 0)))
+        return web.json_response({"events_run": ran, "sim_time": cluster.sim.now})
+
+    async def put_pod(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response(cluster._put_pod(request.match_info["ns"], body), status=201)
+
+    r = app.router
+    r.add_get("/_standin/state", state)
+    r.add_get("/_standin/pods", reader(lambda: cluster._pods(None)))
+    r.add_get("/_standin/nodes", reader(lambda: cluster._nodes()))
+    r.add_get("/_standin/events", reader(lambda: cluster.events_log.list()))
+    r.add_get("/_standin/address-failures", reader(lambda: cluster._address_failures()))
+    r.add_get("/_standin/requests", reader(lambda: cluster._request_counts()))
+    r.add_post("/_standin/plans", add_plan)
+    r.add_delete("/_standin/plans", clear_plans)
+    r.add_post("/_standin/gates", add_gate)
+    r.add_get("/_standin/gates/{id}", gate_state)
+    r.add_post("/_standin/gates/{id}/release", gate_release)
+    r.add_post("/_standin/bookmark", bookmark)
+    r.add_post("/_standin/compact", compact)
+    r.add_post("/_standin/close-watches", close_watches)
+    r.add_post("/_standin/advance", advance)
+    r.add_post("/_standin/pods/{ns}", put_pod)

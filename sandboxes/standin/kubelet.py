@@ -1,0 +1,393 @@
+"""Simulated kubelet and scheduling loop of the stand-in cluster (the GC is ``gc.py``).
+
+Stage order for every pod, each stage one simulation event:
+
+    created -> scheduled (PodScheduled) -> address assigned (retried on failure, §5.2)
+    -> image pulled or present (node cache; time from the image size, §5.3)
+    -> started (Initialized, phase Running) -> readiness probe (gate ``probe``; a real
+    execd ``/health`` with ``run_execd``) -> Ready (gate ``ready``; ContainersReady, Ready)
+
+Invariants: every stage re-reads the pod and stops if it is gone or was replaced by a pod
+with another uid; the stamps of each stage go into ``standin.sandman.dev/*-at``
+annotations (microseconds) and the conditions (whole seconds, as the API server writes).
+Pod plans ``fail_start`` / ``never_ready`` are taken once per pod at the start stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from sandboxes import labels as L
+from sandboxes.standin.events import EventLog
+from sandboxes.standin.execd_runner import ExecdRunner, ExecdStartError
+from sandboxes.standin.gates import GateContext, GateRegistry
+from sandboxes.standin.plans import PlanRegistry
+from sandboxes.standin.podstatus import (
+    annotations_of,
+    main_container,
+    mark_failed,
+    mark_ready,
+    mark_running,
+    prepare_pod,
+    set_condition,
+)
+from sandboxes.standin.scheduler import AddressModel, Scheduler
+from sandboxes.standin.sim import Simulation
+from sandboxes.standin.status import rfc3339
+from sandboxes.standin.store import Obj, Store
+
+__all__ = ["Kubelet", "PodSim", "Timings", "prepare_pod"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Simulated seconds each stage takes (plausible for a cached 43 MB image, §5.2)."""
+
+    schedule_s: float = 0.05
+    address_s: float = 0.3
+    address_retry_s: float = 2.0
+    pull_latency_s: float = 0.5
+    pull_bytes_per_s: float = 80e6
+    init_s: float = 0.2
+    start_s: float = 0.5
+    probe_delay_s: float = 1.0
+    probe_period_s: float = 1.0
+    gc_s: float = 0.5
+
+
+@dataclass
+class PodSim:
+    uid: str
+    namespace: str
+    name: str
+    node: str | None = None
+    unschedulable_noted: bool = False
+    address_failures: int = 0
+    image_present: bool | None = None
+    pull_ms: float | None = None
+    pulled_at: float | None = None
+    outcome: str | None = None
+    execd_key: str | None = None
+    execd_port: int | None = None
+    probes: int = 0
+    done: bool = False
+
+
+class Kubelet:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        sim: Simulation,
+        scheduler: Scheduler,
+        plans: PlanRegistry,
+        gates: GateRegistry,
+        events: EventLog,
+        rng: random.Random,
+        timings: Timings,
+        address_model: AddressModel,
+        images: Mapping[str, int],
+        default_image_bytes: int,
+        execd: ExecdRunner | None,
+    ) -> None:
+        self.store, self.sim, self.scheduler = store, sim, scheduler
+        self.plans, self.gates, self.events, self.rng = plans, gates, events, rng
+        self.timings, self.address_model = timings, address_model
+        self.images, self.default_image_bytes = dict(images), default_image_bytes
+        self.execd = execd
+        self.sims: dict[str, PodSim] = {}
+        self.address_failures_by_pod: dict[str, int] = {}
+        self._pass_pending = False
+        self._http: aiohttp.ClientSession | None = None
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _stamp(self, t: float | None = None) -> str:
+        return rfc3339(self.sim.datetime(t), precise=True)
+
+    def _when(self, t: float | None = None) -> str:
+        return rfc3339(self.sim.datetime(t))
+
+    def _current(self, s: PodSim) -> Obj | None:
+        pod = self.store.get("pods", s.namespace, s.name)
+        if pod is None or pod["metadata"]["uid"] != s.uid or s.done:
+            return None
+        return pod
+
+    def _update(self, s: PodSim, mutate: Any) -> Obj | None:
+        return self.store.update("pods", s.namespace, s.name, mutate)
+
+    def _ctx(self, point: str, pod: Obj) -> GateContext:
+        meta = pod["metadata"]
+        return GateContext(
+            point, point, "pods", meta["namespace"], meta["name"], dict(meta.get("labels") or {})
+        )
+
+    # --- store listener -------------------------------------------------------------------
+    def on_created(self, resource: str, obj: Obj) -> None:
+        if resource == "pods":
+            meta = obj["metadata"]
+            self.sims[meta["uid"]] = PodSim(meta["uid"], meta["namespace"], meta["name"])
+            self._kick()
+
+    def on_deleted(self, resource: str, obj: Obj) -> None:
+        uid = obj["metadata"]["uid"]
+        if resource != "pods":
+            return
+        s = self.sims.pop(uid, None)
+        if s is None:
+            return
+        s.done = True
+        self.scheduler.release(s.node, uid)
+        self.events.add("Killing", obj, "Stopping container sandbox", node=s.node)
+        if s.execd_key and self.execd is not None:
+            self.sim.spawn(self.execd.stop(s.execd_key))
+        if any(p.node is None for p in self.sims.values()):
+            self._kick()
+
+    # --- scheduling -------------------------------------------------------------------------
+    def _kick(self) -> None:
+        if not self._pass_pending:
+            self._pass_pending = True
+            self.sim.after(self.timings.schedule_s, self._schedule_pass)
+
+    def _schedule_pass(self) -> None:
+        self._pass_pending = False
+        for s in list(self.sims.values()):
+            if s.node is None and not s.done:
+                self._schedule_one(s)
+
+    def _schedule_one(self, s: PodSim) -> None:
+        pod = self._current(s)
+        if pod is None or pod.get("status", {}).get("phase") != "Pending":
+            return
+        node = self.scheduler.pick(pod)
+        when = self._when()
+        if node is None:
+            if not s.unschedulable_noted:
+                s.unschedulable_noted = True
+                self._update(
+                    s,
+                    lambda p: set_condition(
+                        p["status"], "PodScheduled", False, when, "Unschedulable"
+                    ),
+                )
+                self.events.add("FailedScheduling", pod, "0 nodes are available", type="Warning")
+            return
+        s.node = node.name
+        self.scheduler.bind(node, pod, self.sim.now)
+        stamp = self._stamp()
+
+        def bound(p: Obj) -> None:
+            p["spec"]["nodeName"] = node.name
+            annotations_of(p)[L.STANDIN_SCHEDULED_AT] = stamp
+            set_condition(p["status"], "PodScheduled", True, when)
+
+        self._update(s, bound)
+        message = f"Successfully assigned {s.namespace}/{s.name} to {node.name}"
+        self.events.add("Scheduled", pod, message, node=node.name)
+        self.sim.after(self.timings.address_s, self._assign_address, s)
+
+    # --- address, image, start --------------------------------------------------------------
+    def _assign_address(self, s: PodSim) -> None:
+        pod = self._current(s)
+        node = self.scheduler.node(s.node or "")
+        if pod is None or node is None:
+            return
+        recent = node.recent_binds(self.sim.now, self.address_model.window_s)
+        if self.rng.random() < self.address_model.failure_probability(recent):
+            s.address_failures += 1
+            node.address_failures += 1
+            self.address_failures_by_pod[s.name] = s.address_failures
+            self.events.add(
+                "FailedCreatePodSandBox",
+                pod,
+                "Failed to create pod sandbox: failed to assign an IP address to container",
+                type="Warning",
+                node=node.name,
+            )
+            self.sim.after(self.timings.address_retry_s, self._assign_address, s)
+            return
+        ip = "127.0.0.1" if self.execd is not None else node.next_pod_ip()
+        stamp, when, failures = self._stamp(), self._when(), s.address_failures
+
+        def addressed(p: Obj) -> None:
+            st = p["status"]
+            st.update(
+                podIP=ip,
+                podIPs=[{"ip": ip}],
+                hostIP=node.ip,
+                hostIPs=[{"ip": node.ip}],
+                startTime=when,
+            )
+            ann = annotations_of(p)
+            ann[L.STANDIN_ADDRESS_ASSIGNED_AT] = stamp
+            ann[L.STANDIN_ADDRESS_FAILURES] = str(failures)
+
+        self._update(s, addressed)
+        self._pull(s, pod, node)
+
+    def _pull(self, s: PodSim, pod: Obj, node: Any) -> None:
+        image = main_container(pod).get("image", "")
+        ann = pod["metadata"].get("annotations") or {}
+        size = int(
+            ann.get(L.STANDIN_IMAGE_BYTES) or self.images.get(image) or self.default_image_bytes
+        )
+        now = self.sim.now
+        ready_at = node.images.get(image)
+        if ready_at is not None and ready_at <= now:
+            s.image_present, pull_s = True, 0.0
+            self.events.add(
+                "Pulled",
+                pod,
+                f'Container image "{image}" already present on machine',
+                node=node.name,
+            )
+        else:
+            s.image_present = False
+            if ready_at is None:
+                pull_s = self.timings.pull_latency_s + size / self.timings.pull_bytes_per_s
+                node.images[image] = now + pull_s
+            else:  # another pod is pulling it: wait for that pull
+                pull_s = ready_at - now
+            self.events.add("Pulling", pod, f'Pulling image "{image}"', node=node.name)
+            message = f'Successfully pulled image "{image}" in {pull_s:.3f}s'
+            self.sim.after(pull_s, lambda: self.events.add("Pulled", pod, message, node=node.name))
+        s.pull_ms, s.pulled_at = pull_s * 1000.0, now + pull_s
+        self.sim.after(pull_s + self.timings.init_s + self.timings.start_s, self._start, s)
+
+    def _start(self, s: PodSim) -> None:
+        pod = self._current(s)
+        if pod is None:
+            return
+        labels = pod["metadata"].get("labels") or {}
+        s.outcome = self.plans.take("pod", s.name, labels, frozenset({"fail_start", "never_ready"}))
+        if s.outcome == "fail_start":
+            self._fail(s, "Error", "the container exited with code 1 while starting (failure plan)")
+            return
+        if self.execd is None:
+            self._mark_running(s, None)
+            return
+        env = {e.get("name"): e.get("value") for e in main_container(pod).get("env") or []}
+        token = env.get(L.EXECD_TOKEN_ENV) or ""
+        self.sim.spawn(self._start_execd(s, token))
+
+    async def _start_execd(self, s: PodSim, token: str) -> None:
+        assert self.execd is not None
+        key = f"{s.namespace}.{s.name}.{s.uid[:8]}"
+        try:
+            port = await self.execd.start(key, token)
+        except ExecdStartError as exc:
+            self._fail(s, "StartError", f"execd did not start: {exc}")
+            return
+        s.execd_key = key
+        if self._current(s) is None:  # deleted while execd was booting
+            await self.execd.stop(key)
+            return
+        self._mark_running(s, port)
+
+    def _mark_running(self, s: PodSim, port: int | None) -> None:
+        s.execd_port = port
+        stamp, when = self._stamp(), self._when()
+        pulled = self._stamp(s.pulled_at)
+
+        def running(p: Obj) -> None:
+            mark_running(p, when)
+            ann = annotations_of(p)
+            ann[L.STANDIN_STARTED_AT] = stamp
+            ann[L.STANDIN_PULLED_AT] = pulled
+            ann[L.STANDIN_IMAGE_PRESENT] = "true" if s.image_present else "false"
+            ann[L.STANDIN_PULL_MS] = f"{s.pull_ms or 0.0:.3f}"
+            if port is not None:
+                ann[L.EXECD_PORT_ANNOTATION] = str(port)
+
+        pod = self._update(s, running)
+        if pod is not None:
+            self.events.add("Started", pod, "Started container sandbox", node=s.node)
+            self.sim.after(self.timings.probe_delay_s, self._probe, s)
+
+    # --- readiness -------------------------------------------------------------------------
+    def _probe(self, s: PodSim) -> None:
+        pod = self._current(s)
+        if pod is None:
+            return
+        gate = self.gates.claim(self._ctx("probe", pod))
+        if gate is None and s.execd_port is None:
+            self._after_probe(s, True)
+        else:
+            self.sim.spawn(self._probe_async(s, gate))
+
+    async def _probe_async(self, s: PodSim, gate: Any) -> None:
+        if gate is not None:
+            await gate.wait_released_async()
+        ok = True
+        if s.execd_port is not None and s.outcome != "never_ready":
+            ok = await self._http_probe(s.execd_port)
+            if not ok:
+                await asyncio.sleep(0.05)  # real execd still booting: do not spin
+        self._after_probe(s, ok)
+
+    def _after_probe(self, s: PodSim, ok: bool) -> None:
+        pod = self._current(s)
+        if pod is None:
+            return
+        s.probes += 1
+        if s.outcome == "never_ready":
+            return  # stays Running and not Ready; nobody probes it again
+        if not ok:
+            self.sim.after(self.timings.probe_period_s, self._probe, s)
+            return
+        gate = self.gates.claim(self._ctx("ready", pod))
+        if gate is None:
+            self._mark_ready(s)
+        else:
+            self.sim.spawn(self._ready_after(s, gate))
+
+    async def _ready_after(self, s: PodSim, gate: Any) -> None:
+        await gate.wait_released_async()
+        self._mark_ready(s)
+
+    def _mark_ready(self, s: PodSim) -> None:
+        if self._current(s) is None:
+            return
+        stamp, when = self._stamp(), self._when()
+
+        def ready(p: Obj) -> None:
+            mark_ready(p, when)
+            annotations_of(p)[L.STANDIN_READY_AT] = stamp
+
+        self._update(s, ready)
+
+    async def _http_probe(self, port: int) -> bool:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        try:
+            async with self._http.get(f"http://127.0.0.1:{port}/health") as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    def _fail(self, s: PodSim, reason: str, message: str) -> None:
+        when = self._when()
+
+        def failed(p: Obj) -> None:
+            mark_failed(p, when, reason, message)
+
+        pod = self._update(s, failed)
+        s.done = True
+        self.scheduler.release(s.node, s.uid)
+        if pod is not None:
+            self.events.add("Failed", pod, message, type="Warning", node=s.node)
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None

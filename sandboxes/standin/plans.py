@@ -1,0 +1,126 @@
+"""Failure plans: change the answer of matching calls, one-shot or N times.
+
+A plan names the call it changes (``create``, ``delete`` or a pod's lifecycle ``pod``),
+what happens instead (an action below) and which objects it applies to (name prefix,
+label selector or a predicate). The stand-in consults plans at fixed points, after the
+``*_received`` gate and, for "after store/apply" actions, after the store changed:
+
+create: ``403`` (nothing stored), ``409`` (answer AlreadyExists, nothing stored),
+    ``500_before_store``, ``504_after_store``, ``reset_before_store``,
+    ``reset_after_store`` (the reply is lost: connection aborted).
+delete: ``500_not_applied``, ``reset_after_apply`` (applied, reply lost),
+    ``hang_not_applied`` / ``hang_after_apply`` (no answer until the client gives up).
+pod: ``fail_start`` (phase Failed while starting), ``never_ready`` (Running, never Ready).
+
+Invariant: a plan fires at most ``times`` times (``None`` = every match), and each firing
+is counted in ``fired`` so a test can assert its trigger really happened.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from sandboxes.standin.selectors import Requirement, labels_match, parse_label_selector
+
+ACTIONS: dict[str, frozenset[str]] = {
+    "create": frozenset(
+        {
+            "403",
+            "409",
+            "500_before_store",
+            "504_after_store",
+            "reset_before_store",
+            "reset_after_store",
+        }
+    ),
+    "delete": frozenset(
+        {"500_not_applied", "reset_after_apply", "hang_not_applied", "hang_after_apply"}
+    ),
+    "pod": frozenset({"fail_start", "never_ready"}),
+}
+
+
+@dataclass
+class Plan:
+    verb: str
+    action: str
+    name_prefix: str | None = None
+    selector: tuple[Requirement, ...] = ()
+    predicate: Callable[[str, Mapping[str, str]], bool] | None = None
+    times: int | None = 1
+    fired: int = 0
+    names: list[str] = field(default_factory=list)
+
+    def applies(self, name: str, labels: Mapping[str, str]) -> bool:
+        if self.times is not None and self.fired >= self.times:
+            return False
+        if self.name_prefix is not None and not name.startswith(self.name_prefix):
+            return False
+        if self.selector and not labels_match(self.selector, labels):
+            return False
+        return self.predicate is None or self.predicate(name, labels)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.times is not None and self.fired >= self.times
+
+
+class PlanRegistry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._plans: list[Plan] = []
+
+    def add(
+        self,
+        verb: str,
+        action: str,
+        *,
+        name_prefix: str | None = None,
+        label_selector: str | None = None,
+        predicate: Callable[[str, Mapping[str, str]], bool] | None = None,
+        times: int | None = 1,
+    ) -> Plan:
+        if action not in ACTIONS.get(verb, frozenset()):
+            raise ValueError(f"unknown plan {verb}/{action}; known: {ACTIONS}")
+        plan = Plan(
+            verb,
+            action,
+            name_prefix=name_prefix,
+            selector=parse_label_selector(label_selector),
+            predicate=predicate,
+            times=times,
+        )
+        with self._lock:
+            self._plans.append(plan)
+        return plan
+
+    def take(
+        self, verb: str, name: str, labels: Mapping[str, str] | None, actions: frozenset[str]
+    ) -> str | None:
+        """Fire the first live plan for this call among ``actions``; return its action."""
+        with self._lock:
+            for plan in self._plans:
+                if plan.verb == verb and plan.action in actions:
+                    if plan.applies(name, labels or {}):
+                        plan.fired += 1
+                        plan.names.append(name)
+                        return plan.action
+        return None
+
+    def peek(self, verb: str, name: str, labels: Mapping[str, str] | None, action: str) -> bool:
+        """True if a live plan would fire for this call, without firing it."""
+        with self._lock:
+            return any(
+                p.verb == verb and p.action == action and p.applies(name, labels or {})
+                for p in self._plans
+            )
+
+    def plans(self) -> list[Plan]:
+        with self._lock:
+            return list(self._plans)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._plans.clear()

@@ -1,0 +1,65 @@
+"""``manage.py standin_cluster`` serves until SIGTERM and its kubeconfig reaches it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes import config as kube_config
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_command_writes_a_kubeconfig_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "sandman_site.settings.test",
+        "SANDMAN_VAR_DIR": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "standin_cluster",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--nodes",
+            "2",
+            "--namespace",
+            "rehearsal",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "stand-in cluster listening on http://127.0.0.1:" in line, (
+            proc.stderr.read() if not line else line
+        )
+        configuration = client.Configuration()
+        kube_config.load_kube_config(
+            config_file=str(kubeconfig), client_configuration=configuration
+        )
+        api = client.CoreV1Api(client.ApiClient(configuration))
+        body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        assert api.create_namespaced_pod("rehearsal", body).metadata.uid
+        assert [p.metadata.name for p in api.list_namespaced_pod("rehearsal").items] == ["p"]
+        api.api_client.close()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "stopped" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

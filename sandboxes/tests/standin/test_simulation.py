@@ -1,0 +1,195 @@
+"""The simulated scheduler and kubelet: stages, spread vs packing, addresses, image cache."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from sandboxes import labels as L
+from sandboxes.standin import AddressModel, NodeSpec, StandinCluster
+from sandboxes.standin.status import parse_rfc3339
+from sandboxes.tests.standin.conftest import NS, core_for, pod
+
+SPREAD = {
+    "maxSkew": 2,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "ScheduleAnyway",
+    "labelSelector": {"matchLabels": {"job": "1"}},
+}
+
+
+def _run_burst(
+    make_cluster: Callable[..., StandinCluster], *, spread: bool, seed: int = 7
+) -> tuple[dict[str, Any], Counter[str]]:
+    cluster = make_cluster(
+        nodes=4, mode="manual", seed=seed, address_model=AddressModel(warm_addresses=2, slope=0.05)
+    )
+    core = core_for(cluster)
+    for i in range(20):
+        core.create_namespaced_pod(
+            NS,
+            pod(
+                f"p{i:02d}",
+                labels={"job": "1"},
+                cpu="100m",
+                memory="128Mi",
+                spread=SPREAD if spread else None,
+            ),
+        )
+    cluster.run_until_idle()
+    pods = cluster.pods(NS)
+    assert all(_condition(p, "Ready") for p in pods)
+    per_node = Counter(p["spec"]["nodeName"] for p in pods)
+    core.api_client.close()
+    return cluster.address_failures(), per_node
+
+
+def _condition(p: dict[str, Any], ctype: str) -> bool:
+    return any(
+        c["type"] == ctype and c["status"] == "True" for c in p["status"].get("conditions", [])
+    )
+
+
+def test_a_pod_moves_through_every_stage_with_ordered_stamps(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    cluster = make_cluster(nodes=2, mode="manual")
+    core = core_for(cluster)
+    core.create_namespaced_pod(NS, pod("p"))
+    assert cluster.pod(NS, "p")["status"]["phase"] == "Pending"
+    cluster.run_until_idle()
+    p = cluster.pod(NS, "p")
+    ann = p["metadata"]["annotations"]
+    order = [
+        L.STANDIN_CREATED_AT,
+        L.STANDIN_SCHEDULED_AT,
+        L.STANDIN_ADDRESS_ASSIGNED_AT,
+        L.STANDIN_PULLED_AT,
+        L.STANDIN_STARTED_AT,
+        L.STANDIN_READY_AT,
+    ]
+    stamps = [parse_rfc3339(ann[key]) for key in order]
+    assert stamps == sorted(stamps) and stamps[0] < stamps[-1]
+    assert p["status"]["phase"] == "Running" and p["status"]["podIP"].startswith("10.")
+    assert p["spec"]["nodeName"] in {"node-0", "node-1"} and p["status"]["hostIP"]
+    for ctype in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
+        assert _condition(p, ctype), ctype
+    assert p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    assert ann[L.STANDIN_IMAGE_PRESENT] == "false" and float(ann[L.STANDIN_PULL_MS]) > 0
+
+
+def test_spread_lowers_address_failures_versus_packing(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    """Table A13 / §5.2: a packed burst concentrates on one node and fails addresses there;
+    the soft spread (maxSkew 2) puts at most a few pods per node and fails far fewer."""
+    packed_failures, packed_nodes = _run_burst(make_cluster, spread=False)
+    spread_failures, spread_nodes = _run_burst(make_cluster, spread=True)
+    assert packed_nodes == Counter({"node-0": 20})  # most-allocated: fill the first node
+    assert max(spread_nodes.values()) - min(spread_nodes.values()) <= 2 and len(spread_nodes) == 4
+    assert spread_failures["total"] < packed_failures["total"]
+    assert packed_failures["by_node"]["node-0"] == packed_failures["total"] > 0
+    again, _ = _run_burst(make_cluster, spread=False)
+    assert again == packed_failures  # same seed, same order: same failures
+
+
+def test_address_failures_are_recorded_on_the_pod_and_as_events(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    failures, _ = _run_burst(make_cluster, spread=False)
+    assert failures["total"] == sum(failures["by_pod"].values())
+
+
+def test_second_pod_on_a_node_finds_the_image_present(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    cluster = make_cluster(nodes=1, mode="manual")
+    core = core_for(cluster)
+    core.create_namespaced_pod(NS, pod("first"))
+    cluster.run_until_idle()
+    core.create_namespaced_pod(NS, pod("second"))
+    cluster.run_until_idle()
+    first = cluster.pod(NS, "first")["metadata"]["annotations"]
+    second = cluster.pod(NS, "second")["metadata"]["annotations"]
+    assert first[L.STANDIN_IMAGE_PRESENT] == "false" and float(first[L.STANDIN_PULL_MS]) > 0
+    assert second[L.STANDIN_IMAGE_PRESENT] == "true" and float(second[L.STANDIN_PULL_MS]) == 0
+    reasons = [e["message"] for e in cluster.events() if e["reason"] == "Pulled"]
+    assert any("already present" in m for m in reasons)
+
+
+def test_pull_time_grows_with_image_size(make_cluster: Callable[..., StandinCluster]) -> None:
+    cluster = make_cluster(nodes=2, mode="manual", images={"big": 1_210_000_000})
+    core = core_for(cluster)
+    core.create_namespaced_pod(
+        NS, pod("small", image="small", annotations={L.STANDIN_IMAGE_BYTES: "43000000"})
+    )
+    core.create_namespaced_pod(NS, pod("big", image="big"))
+    cluster.run_until_idle()
+    small = float(cluster.pod(NS, "small")["metadata"]["annotations"][L.STANDIN_PULL_MS])
+    big = float(cluster.pod(NS, "big")["metadata"]["annotations"][L.STANDIN_PULL_MS])
+    assert big > 10 * small
+
+
+def test_pods_beyond_capacity_wait_unschedulable_until_room_frees(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    cluster = make_cluster(nodes=[NodeSpec("tiny", cpu="1", memory="4Gi")], mode="manual")
+    core = core_for(cluster)
+    core.create_namespaced_pod(NS, pod("a", cpu="600m"))
+    core.create_namespaced_pod(NS, pod("b", cpu="600m"))
+    cluster.run_until_idle()
+    b = cluster.pod(NS, "b")
+    assert b["status"]["phase"] == "Pending" and "nodeName" not in b["spec"]
+    assert any(
+        c["type"] == "PodScheduled" and c["reason"] == "Unschedulable"
+        for c in b["status"]["conditions"]
+    )
+    core.delete_namespaced_pod("a", NS)
+    cluster.run_until_idle()
+    assert _condition(cluster.pod(NS, "b"), "Ready")
+
+
+def test_pod_plans_fail_start_and_never_ready(make_cluster: Callable[..., StandinCluster]) -> None:
+    cluster = make_cluster(nodes=1, mode="manual")
+    cluster.plans.add("pod", "fail_start", name_prefix="bad")
+    never = cluster.plans.add("pod", "never_ready", name_prefix="stuck")
+    core = core_for(cluster)
+    for name in ("bad", "stuck", "fine"):
+        core.create_namespaced_pod(NS, pod(name))
+    cluster.run_until_idle()
+    bad, stuck, fine = (cluster.pod(NS, n) for n in ("bad", "stuck", "fine"))
+    assert bad["status"]["phase"] == "Failed"
+    assert bad["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
+    assert stuck["status"]["phase"] == "Running" and not _condition(stuck, "Ready")
+    assert _condition(fine, "Ready") and never.fired == 1
+
+
+def test_probe_and_ready_gates_hold_readiness(make_cluster: Callable[..., StandinCluster]) -> None:
+    cluster = make_cluster(nodes=1)
+    probe = cluster.gates.add("probe", name="p1")
+    ready = cluster.gates.add("ready", name="p2")
+    core = core_for(cluster)
+    core.create_namespaced_pod(NS, pod("p1"))
+    core.create_namespaced_pod(NS, pod("p2"))
+    probe.wait_reached(timeout=10)
+    ready.wait_reached(timeout=10)
+    assert not _condition(cluster.pod(NS, "p1"), "Ready") and not _condition(
+        cluster.pod(NS, "p2"), "Ready"
+    )
+    for gate, name in ((probe, "p1"), (ready, "p2")):
+        version = (
+            client.CoreV1Api(core.api_client).list_namespaced_pod(NS).metadata.resource_version
+        )
+        gate.release()
+        from kubernetes import watch
+
+        for event in watch.Watch().stream(
+            core.list_namespaced_pod, NS, resource_version=version, timeout_seconds=10
+        ):
+            if event["object"].metadata.name == name and _condition(event["raw_object"], "Ready"):
+                break
+        else:
+            raise AssertionError(f"{name} never became Ready after its gate was released")

@@ -1,0 +1,199 @@
+"""The ``k8s/`` manifests render and deserialise into the official client's models.
+
+Rendered with ``kubectl kustomize k8s/`` when kubectl exists; otherwise the files listed in
+``kustomization.yaml`` are loaded with PyYAML (CI may lack kubectl). Every object must map
+to a known model class and survive a round trip without losing a field (a dropped field
+means a typo or a field the API does not know).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from sandboxes import labels as L
+from sandboxes.providers.base import SandboxSpec
+from sandboxes.providers.kubernetes import KubernetesConfig, build_pod_manifest
+
+K8S = Path(__file__).resolve().parents[2] / "k8s"
+MODELS = {
+    "Namespace": "V1Namespace",
+    "ServiceAccount": "V1ServiceAccount",
+    "Role": "V1Role",
+    "RoleBinding": "V1RoleBinding",
+    "ConfigMap": "V1ConfigMap",
+    "Deployment": "V1Deployment",
+    "Service": "V1Service",
+    "NetworkPolicy": "V1NetworkPolicy",
+    "StatefulSet": "V1StatefulSet",
+}
+POD_VERBS = {"create", "get", "list", "watch", "patch", "delete"}
+ANCHOR_VERBS = {"create", "get", "list", "watch", "delete"}
+
+
+def _render() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        out = subprocess.run(
+            [kubectl, "kustomize", str(K8S)], check=True, capture_output=True, text=True, timeout=60
+        )
+        docs = yaml.safe_load_all(out.stdout)
+    else:
+        kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+        docs = (
+            d
+            for name in kustomization["resources"]
+            for d in yaml.safe_load_all((K8S / name).read_text())
+        )
+    return [d for d in docs if d]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict[str, Any]]:
+    return _render()
+
+
+def _find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def _lost_fields(original: Any, round_trip: Any, path: str = "") -> list[str]:
+    if isinstance(original, dict):
+        if not isinstance(round_trip, dict):
+            return [path or "/"]
+        lost = []
+        for key, value in original.items():
+            if key not in round_trip:
+                lost.append(f"{path}/{key}")
+            else:
+                lost += _lost_fields(value, round_trip[key], f"{path}/{key}")
+        return lost
+    if isinstance(original, list):
+        if not isinstance(round_trip, list) or len(original) != len(round_trip):
+            return [path]
+        return [
+            x for a, b in zip(original, round_trip, strict=True) for x in _lost_fields(a, b, path)
+        ]
+    return [] if str(original) == str(round_trip) else [f"{path}={original!r}"]
+
+
+def _round_trip(doc: dict[str, Any]) -> list[str]:
+    api = client.ApiClient()
+    model = api.deserialize(
+        json.dumps(doc), {**MODELS, "Pod": "V1Pod"}[doc["kind"]], "application/json"
+    )
+    return _lost_fields(doc, api.sanitize_for_serialization(model))
+
+
+def test_every_object_is_a_known_kind_and_deserialises_without_losing_fields(
+    objects: list[dict[str, Any]],
+) -> None:
+    assert objects
+    unknown = sorted({o["kind"] for o in objects} - set(MODELS))
+    assert unknown == [], f"no model mapping for {unknown}"
+    for doc in objects:
+        assert _round_trip(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
+
+
+def test_the_role_grants_exactly_pods_and_anchor_configmaps(objects: list[dict[str, Any]]) -> None:
+    role = _find(objects, "Role", "sandman-sandboxes")
+    assert role["metadata"]["namespace"] == "sandman-sandboxes"
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
+    assert rules == {(("",), ("pods",)): POD_VERBS, (("",), ("configmaps",)): ANCHOR_VERBS}
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    binding = _find(objects, "RoleBinding", "sandman-sandboxes")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sandman", "namespace": "sandman"}
+    ]
+
+
+def test_the_deployment_runs_daphne_against_the_sandbox_namespace(
+    objects: list[dict[str, Any]],
+) -> None:
+    deployment = _find(objects, "Deployment", "sandman")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert (
+        container["command"][0] == "daphne"
+        and container["command"][-1] == "sandman_site.asgi:application"
+    )
+    env = {e["name"]: e for e in container["env"]}
+    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "sandman-db"
+    assert env["SANDMAN_BACKEND"]["value"] == "kubernetes"
+    assert (
+        env["SANDMAN_NAMESPACE"]["value"]
+        == _find(objects, "Role", "sandman-sandboxes")["metadata"]["namespace"]
+    )
+    assert (
+        env["SANDMAN_EXECD_CARRIER_IMAGE"]["valueFrom"]["configMapKeyRef"]["name"]
+        == "sandman-execd-carrier"
+    )
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert pod["serviceAccountName"] == "sandman" and deployment["spec"]["replicas"] == 1
+    service = _find(objects, "Service", "sandman")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_network_policies_deny_egress_and_admit_execd_only_from_trainers(
+    objects: list[dict[str, Any]],
+) -> None:
+    deny = _find(objects, "NetworkPolicy", "sandbox-deny-egress")
+    assert deny["spec"]["podSelector"]["matchLabels"][L.EGRESS] == "deny"
+    assert deny["spec"]["policyTypes"] == ["Egress"] and deny["spec"]["egress"] == []
+    ingress = _find(objects, "NetworkPolicy", "sandbox-execd-ingress")
+    (rule,) = ingress["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [KubernetesConfig().execd_port]
+    sources = [peer["podSelector"]["matchLabels"] for peer in rule["from"]]
+    assert {L.TRAINER: "true"} in sources and {"sandman.dev/controller": "true"} in sources
+    controller = _find(objects, "Deployment", "sandman")["spec"]["template"]["metadata"]["labels"]
+    assert controller["sandman.dev/controller"] == "true"
+
+
+def test_the_round_trip_notices_a_misspelt_field() -> None:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "x"},
+        "spec": {"selectr": {"a": "b"}},
+    }
+    assert _round_trip(doc) == ["/spec/selectr"]
+
+
+def test_postgres_statefulset_and_service_exist(objects: list[dict[str, Any]]) -> None:
+    sts = _find(objects, "StatefulSet", "postgres")
+    assert sts["spec"]["serviceName"] == _find(objects, "Service", "postgres")["metadata"]["name"]
+
+
+def test_the_sandbox_pod_template_round_trips_with_its_security_fields() -> None:
+    spec = SandboxSpec(
+        name="sb-1",
+        nonce="n",
+        token="t",
+        job_id=1,
+        role="grading",
+        image="task:1",
+        base_commit=None,
+        cpu_millis=2000,
+        memory_bytes=8 * 2**30,
+        workspace_bytes=2**30,
+        egress="deny",
+        key_hash="abc",
+    )
+    api = client.ApiClient()
+    doc = api.sanitize_for_serialization(build_pod_manifest(spec, KubernetesConfig()))
+    assert _round_trip(doc) == []
+    pod = doc["spec"]
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["initContainers"] + pod["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and "NET_RAW" in sc["capabilities"]["drop"]
+        assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
