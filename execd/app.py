@@ -1,0 +1,278 @@
+"""The execd application object: owns the token, the shell and every service,
+and implements one method per route (the route table lives in server.py).
+
+Invariant: all mutable state lives on an ``App`` instance - there is no
+module-level token, shell or cache - so two Apps in one process would not
+share anything. Handlers validate their whole request (``wire.parse``) before
+touching the shell or the file system.
+"""
+
+import logging
+import os
+import shlex
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from . import __version__, probe
+from .config import Config
+from .procs import Cgroup, ProcessTracker, Reaper, set_child_subreaper
+from .shell import Busy, Shell
+from .wire import (
+    ApiError,
+    EnvRequest,
+    ExecRequest,
+    ReadBytesRequest,
+    ReadRequest,
+    StateRequest,
+    WriteRequest,
+    parse,
+    resolve,
+)
+
+try:
+    # The constant-time comparison hmac.compare_digest falls back to; importing
+    # hmac itself loads OpenSSL (~3.5 MiB of RSS) that an idle execd need not carry.
+    from _operator import _compare_digest as compare_digest
+except ImportError:  # not CPython
+    from hmac import compare_digest
+
+log = logging.getLogger("execd.app")
+
+Body = Dict[str, Any]
+
+_ENV_DUMP = (
+    '\\builtin compgen -e >| "$__sm_d/env.names"\n'
+    "while IFS= \\builtin read -r __sm_n; do [[ -v $__sm_n ]] && "
+    '\\builtin printf \'%s=%s\\0\' "$__sm_n" "${!__sm_n}"; done '
+    '< "$__sm_d/env.names" >| "$__sm_d/env.out"\n'
+    "\\builtin unset -v __sm_n\n"
+)
+_SITE_DUMP = (
+    "if \\builtin command -v python3 >/dev/null 2>&1; then python3 -c 'import site, sys; "
+    'sys.stdout.write("\\0".join(site.getsitepackages() + [site.getusersitepackages()]))\' '
+    '>| "$__sm_d/site.out" 2>/dev/null || \\builtin : >| "$__sm_d/site.out"; '
+    'else \\builtin : >| "$__sm_d/site.out"; fi\n'
+)
+
+
+class App:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self._token = cfg.token.encode()
+        self._own_run_dir = cfg.run_dir is None
+        self.run_dir = cfg.run_dir or tempfile.mkdtemp(prefix="sandman-execd-")
+        os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+        os.chmod(self.run_dir, 0o700)
+        self.session = os.urandom(6).hex()
+        self.subreaper = cfg.subreaper and set_child_subreaper()
+        self.reaper = Reaper()
+        self.cgroup = Cgroup(cfg.cgroup) if cfg.cgroup else None
+        self.tracker = ProcessTracker(self.session, self.reaper, set(cfg.track), self.cgroup)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDMAN_EXECD")}
+        self.shell = Shell(
+            cfg.bash,
+            cfg.workspace,
+            self.run_dir,
+            env,
+            self.tracker,
+            self.cgroup,
+            cfg.kill_grace,
+            cfg.output_cap,
+            cfg.test_hooks,
+        )
+        self._state_lock = threading.Lock()
+        self._lazy_lock = threading.Lock()
+        self._files = None  # type: Optional[Any]
+        self._state = None  # type: Optional[Any]
+
+    # The file and state services hash with hashlib, which loads OpenSSL: build
+    # them on first use so an idle execd stays small.
+    @property
+    def files(self) -> Any:
+        with self._lazy_lock:
+            if self._files is None:
+                from .files import Files
+
+                self._files = Files(self.cfg.workspace, self.cfg.max_file_bytes)
+            return self._files
+
+    @property
+    def state(self) -> Any:
+        with self._lazy_lock:
+            if self._state is None:
+                from .state import StateManager
+
+                cfg = self.cfg
+                self._state = StateManager(
+                    cfg.state_dir or os.path.join(self.run_dir, "state"),
+                    cfg.workspace,
+                    cfg.state_roots,
+                    cfg.site_packages,
+                    cfg.state_max_copy_bytes,
+                    cfg.state_copy_budget_bytes,
+                    [self.run_dir],
+                    self.read_env,
+                    self.write_env,
+                    self._site_packages,
+                    self.tracker,
+                    lambda: self.shell.pid,
+                    cfg.kill_grace,
+                )
+            return self._state
+
+    def start(self) -> None:
+        self.reaper.start()
+        self.shell.start()
+
+    def close(self) -> None:
+        try:
+            self.shell.close()
+        finally:
+            self.reaper.stop()
+            if self._own_run_dir:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def authorized(self, header: Optional[str]) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        return compare_digest(header[7:].strip().encode(), self._token)
+
+    # -- shell helpers ------------------------------------------------------------
+
+    def read_env(self) -> Dict[str, str]:
+        data = self._internal(_ENV_DUMP, "env.out")
+        env = {}
+        for item in data.split(b"\0"):
+            if item:
+                name, _, val = item.partition(b"=")
+                env[name.decode("utf-8", "surrogateescape")] = val.decode(
+                    "utf-8", "surrogateescape"
+                )
+        env.pop("SANDMAN_EXECD", None)
+        return env
+
+    def write_env(self, set_: Dict[str, str], unset: List[str]) -> None:
+        lines = ["__sm_e=0"]
+        for name, val in set_.items():
+            lines.append("\\builtin export %s=%s || __sm_e=1" % (name, shlex.quote(val)))
+        for name in unset:
+            lines.append("\\builtin unset -v %s || __sm_e=1" % name)
+        lines.append('\\builtin : >| "$__sm_d/set.out"; \\builtin return $__sm_e')
+        try:
+            self._internal("\n".join(lines) + "\n", "set.out")
+        except RuntimeError as e:
+            raise ApiError(400, "env_refused", "the shell refused the change: %s" % e) from None
+
+    def _site_packages(self) -> List[str]:
+        out = self._internal(_SITE_DUMP, "site.out")
+        return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+    def _internal(self, command: str, out_name: str) -> bytes:
+        try:
+            return self.shell.internal(command, out_name)
+        except Busy:
+            raise _busy() from None
+
+    # -- routes --------------------------------------------------------------------
+
+    def health(self, body: Body) -> Body:
+        return {"ok": True, "version": __version__, "shell_alive": self.shell.alive()}
+
+    def exec(self, body: Body) -> Body:
+        req = parse(ExecRequest, body)
+        hooks = req.test_hooks or {}
+        if hooks and not self.cfg.test_hooks:
+            raise ApiError(400, "test_hooks_disabled", "test_hooks needs execd --test-hooks")
+        size = hooks.get("status_read_size", 1)
+        if (
+            set(hooks) - {"expose_status_fd", "status_read_size"}
+            or not isinstance(size, int)
+            or isinstance(size, bool)
+            or size < 1
+        ):
+            raise ApiError(
+                400,
+                "bad_value",
+                "test_hooks takes expose_status_fd (bool) and status_read_size (int >= 1)",
+            )
+        cwd = ""
+        if req.cwd is not None:
+            cwd = resolve(self.cfg.workspace, req.cwd)
+            if not os.path.isdir(cwd):
+                raise ApiError(400, "bad_cwd", "cwd %s is not an existing directory" % cwd)
+        timeout = req.timeout_s if req.timeout_s is not None else self.cfg.default_timeout
+        try:
+            return self.shell.run(req.command, timeout, cwd, hooks).to_json()
+        except Busy:
+            raise _busy() from None
+
+    def files_read(self, body: Body) -> Body:
+        return self.files.read(parse(ReadRequest, body))
+
+    def files_read_bytes(self, body: Body) -> Body:
+        return self.files.read_bytes(parse(ReadBytesRequest, body))
+
+    def files_write(self, body: Body) -> Body:
+        return self.files.write(parse(WriteRequest, body))
+
+    def env_get(self, body: Body) -> Body:
+        return {"env": self.read_env()}
+
+    def env_post(self, body: Body) -> Body:
+        req = parse(EnvRequest, body)
+        self.write_env(req.set, req.unset)
+        return {"env": self.read_env()}
+
+    def reset(self, body: Body) -> Body:
+        started = time.monotonic()
+        report = self.shell.reset()
+        return dict(
+            report,
+            shell_alive=self.shell.alive(),
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+        )
+
+    def probe(self, body: Body) -> Body:
+        try:
+            env = self.read_env()  # type: Optional[Dict[str, str]]
+        except RuntimeError:
+            log.warning("probe: the shell environment is unreadable", exc_info=True)
+            env = None
+        readings = probe.probe(
+            self.cfg.probe_egress_target,
+            self.cfg.probe_egress_timeout,
+            self.cfg.cgroup_root,
+            self.cfg.default_timeout,
+            env,
+        )
+        return {"readings": readings}
+
+    def state_baseline(self, body: Body) -> Body:
+        return self._stateful(self.state.baseline, parse(StateRequest, body))
+
+    def state_check(self, body: Body) -> Body:
+        parse(StateRequest, body)
+        return self._stateful(self.state.check)
+
+    def state_restore(self, body: Body) -> Body:
+        parse(StateRequest, body)
+        return self._stateful(self.state.restore)
+
+    def _stateful(self, fn: Any, *args: Any) -> Body:
+        if not self._state_lock.acquire(blocking=False):
+            raise ApiError(409, "busy", "another state operation is running")
+        try:
+            return fn(*args)
+        finally:
+            self._state_lock.release()
+
+
+def _busy() -> ApiError:
+    return ApiError(
+        409,
+        "busy",
+        "a command is already running in this sandbox's shell; wait for it or POST /reset",
+    )

@@ -1,0 +1,138 @@
+"""Command-line configuration, read once at start into an immutable ``Config``.
+
+``python3 -m execd --port PORT --token-file FILE --workspace DIR [options]``.
+
+Invariant: nothing else in execd reads argv, the environment or the token
+file; the token is read here once and lives only on the ``App`` object (it is
+never exported to the shell, and its file path is not either).
+"""
+
+import argparse
+import os
+from typing import List, NamedTuple, Optional, Sequence
+
+DEFAULT_STATE_MAX_COPY = 1 << 20
+DEFAULT_STATE_BUDGET = 64 << 20
+
+
+class Config(NamedTuple):
+    host: str
+    port: int
+    token: str
+    workspace: str
+    run_dir: Optional[str]
+    state_dir: Optional[str]
+    state_roots: Optional[List[str]]
+    site_packages: Optional[List[str]]
+    state_max_copy_bytes: int
+    state_copy_budget_bytes: int
+    default_timeout: float
+    output_cap: int
+    kill_grace: float
+    max_body_bytes: int
+    max_file_bytes: int
+    probe_egress_target: str
+    probe_egress_timeout: float
+    cgroup_root: str
+    cgroup: Optional[str]
+    track: List[str]
+    subreaper: bool
+    bash: str
+    test_hooks: bool
+    verbose: bool
+
+
+def _paths(text: Optional[str]) -> Optional[List[str]]:
+    if text is None:
+        return None
+    parts = text.replace(",", os.pathsep).split(os.pathsep)
+    return [os.path.abspath(os.path.expanduser(p)) for p in parts if p]
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
+    p = argparse.ArgumentParser(prog="python3 -m execd", description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, required=True, help="TCP port; 0 picks a free one")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--token-file", required=True, help="file holding the bearer token")
+    p.add_argument(
+        "--workspace",
+        required=True,
+        help="the shell's start directory; relative paths in requests resolve against it",
+    )
+    p.add_argument(
+        "--run-dir",
+        help="private directory for command files (default: a new temp dir, removed at exit)",
+    )
+    p.add_argument(
+        "--state-dir", help="where /state/baseline keeps its record (default: RUN_DIR/state)"
+    )
+    p.add_argument(
+        "--state-roots",
+        help="comma- or colon-separated directories the state "
+        "check scans (default: /etc, home directories, /tmp, local bin dirs)",
+    )
+    p.add_argument(
+        "--site-packages",
+        help="installed-package directories to scan two levels "
+        "deep (default: asked from the shell's python3)",
+    )
+    p.add_argument("--state-max-copy-bytes", type=int, default=DEFAULT_STATE_MAX_COPY)
+    p.add_argument("--state-copy-budget-bytes", type=int, default=DEFAULT_STATE_BUDGET)
+    p.add_argument("--default-timeout", type=float, default=300.0)
+    p.add_argument("--output-cap", type=int, default=100 * 1024)
+    p.add_argument(
+        "--kill-grace", type=float, default=1.0, help="seconds between SIGTERM and SIGKILL"
+    )
+    p.add_argument("--max-body-bytes", type=int, default=64 << 20)
+    p.add_argument("--max-file-bytes", type=int, default=32 << 20)
+    p.add_argument("--probe-egress-target", default="1.1.1.1:443")
+    p.add_argument("--probe-egress-timeout", type=float, default=1.0)
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
+    p.add_argument(
+        "--cgroup",
+        help="a writable cgroup (v1 or v2) directory to hold the "
+        "shell and everything it starts; reset kills its members too",
+    )
+    p.add_argument(
+        "--track",
+        default="tree,env,cgroup",
+        help="how sandbox processes are found (tree, env, cgroup)",
+    )
+    p.add_argument("--no-subreaper", dest="subreaper", action="store_false")
+    p.add_argument("--bash", default="bash")
+    p.add_argument("--test-hooks", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--verbose", action="store_true")
+    a = p.parse_args(argv)
+    with open(a.token_file) as f:
+        token = f.read().strip()
+    if not token:
+        p.error("the token file is empty")
+    workspace = os.path.abspath(a.workspace)
+    if not os.path.isdir(workspace):
+        p.error("the workspace %s is not a directory" % workspace)
+    return Config(
+        host=a.host,
+        port=a.port,
+        token=token,
+        workspace=workspace,
+        run_dir=os.path.abspath(a.run_dir) if a.run_dir else None,
+        state_dir=os.path.abspath(a.state_dir) if a.state_dir else None,
+        state_roots=_paths(a.state_roots),
+        site_packages=_paths(a.site_packages),
+        state_max_copy_bytes=a.state_max_copy_bytes,
+        state_copy_budget_bytes=a.state_copy_budget_bytes,
+        default_timeout=a.default_timeout,
+        output_cap=a.output_cap,
+        kill_grace=a.kill_grace,
+        max_body_bytes=a.max_body_bytes,
+        max_file_bytes=a.max_file_bytes,
+        probe_egress_target=a.probe_egress_target,
+        probe_egress_timeout=a.probe_egress_timeout,
+        cgroup_root=a.cgroup_root,
+        cgroup=a.cgroup,
+        track=[t for t in a.track.split(",") if t],
+        subreaper=a.subreaper,
+        bash=a.bash,
+        test_hooks=a.test_hooks,
+        verbose=a.verbose,
+    )

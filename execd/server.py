@@ -1,0 +1,231 @@
+"""HTTP/1.1 front of execd: route table, authentication, one JSON send helper.
+
+A ``ThreadingHTTPServer`` with keep-alive gives one thread per connection, not
+per request; sockets get TCP_NODELAY and every response is written with one
+``sendall`` (status line, headers with Content-Length, body), so a small
+answer never waits on Nagle's algorithm.
+
+Invariants: every route but ``GET /health`` answers 401 unless the request
+carries ``Authorization: Bearer <token>`` (compared with
+``hmac.compare_digest``); the request body is always read in full (or the
+connection closed) before answering, so keep-alive never desyncs; every error
+is ``{"error": code, "detail": sentence}`` from ``send_json``.
+"""
+
+import json
+import logging
+import socket
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, NamedTuple, Tuple
+
+from . import __version__
+from .app import App
+from .wire import ApiError
+
+log = logging.getLogger("execd.server")
+
+
+class Route(NamedTuple):
+    handler: str  # App method name
+    auth: bool
+
+
+ROUTES = {
+    ("GET", "/health"): Route("health", False),
+    ("POST", "/exec"): Route("exec", True),
+    ("POST", "/files/read"): Route("files_read", True),
+    ("POST", "/files/read_bytes"): Route("files_read_bytes", True),
+    ("POST", "/files/write"): Route("files_write", True),
+    ("GET", "/env"): Route("env_get", True),
+    ("POST", "/env"): Route("env_post", True),
+    ("POST", "/reset"): Route("reset", True),
+    ("POST", "/state/baseline"): Route("state_baseline", True),
+    ("POST", "/state/check"): Route("state_check", True),
+    ("POST", "/state/restore"): Route("state_restore", True),
+    ("GET", "/probe"): Route("probe", True),
+}  # type: Dict[Tuple[str, str], Route]
+PATHS = frozenset(path for _method, path in ROUTES)
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    411: "Length Required",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: Tuple[str, int], app: App) -> None:
+        self.app = app
+        super().__init__(address, Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-request is normal; anything else is logged
+        (through logging, never a bare print from a daemon thread)."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+            log.debug("client %s went away: %s", client_address, exc)
+        else:
+            log.warning("request from %s failed", client_address, exc_info=True)
+
+
+class Headers(dict):
+    """Request headers by lower-cased name (the only lookups execd makes)."""
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, name.lower(), default)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "execd/" + __version__
+    timeout = 3600  # an idle keep-alive connection is dropped after an hour
+    MAX_HEADERS = 100
+    MAX_LINE = 65536
+
+    def setup(self) -> None:
+        super().setup()
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def parse_request(self) -> bool:
+        """Request line and headers, without the email package: the stock parser
+        costs ~60 us per request, a quarter of execd's CPU for a short command."""
+        self.close_connection = True
+        self.command = ""  # type: ignore[assignment]
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        if len(words) != 3 or not words[2].startswith("HTTP/1."):
+            self.request_version = "HTTP/1.0"
+            self.send_json(400, {"error": "bad_request", "detail": "expected METHOD PATH HTTP/1.x"})
+            return False
+        self.command, self.path, self.request_version = words
+        headers = Headers()
+        for _ in range(self.MAX_HEADERS + 1):
+            line = self.rfile.readline(self.MAX_LINE + 1)
+            if len(line) > self.MAX_LINE:
+                self.send_json(
+                    431,
+                    {
+                        "error": "header_too_long",
+                        "detail": "a header line is longer than %d bytes" % self.MAX_LINE,
+                    },
+                )
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = str(line, "iso-8859-1").partition(":")
+            if not sep or not name.strip():
+                self.send_json(400, {"error": "bad_request", "detail": "malformed header line"})
+                return False
+            headers[name.strip().lower()] = value.strip()
+        else:
+            self.send_json(
+                431,
+                {"error": "too_many_headers", "detail": "more than %d headers" % self.MAX_HEADERS},
+            )
+            return False
+        self.headers = headers  # type: ignore[assignment]
+        if (
+            headers.get("expect", "").lower() == "100-continue"
+            and self.request_version != "HTTP/1.0"
+        ):
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits for it on big bodies
+        tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+        if self.request_version == "HTTP/1.0":
+            self.close_connection = "keep-alive" not in tokens
+        else:
+            self.close_connection = "close" in tokens
+        return True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.app.cfg.verbose:  # type: ignore[attr-defined]
+            log.info("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        app = self.server.app  # type: ignore[attr-defined]
+        path = self.path.split("?", 1)[0]
+        try:
+            raw = self._read_body(app.cfg.max_body_bytes)
+            route = ROUTES.get((method, path))
+            if (route is None or route.auth) and not app.authorized(
+                self.headers.get("Authorization")
+            ):
+                raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
+            if route is None:
+                if path in PATHS:
+                    raise ApiError(
+                        405, "method_not_allowed", "%s does not take %s" % (path, method)
+                    )
+                raise ApiError(404, "not_found", "no route %s" % path)
+            body = _decode(raw)
+            self.send_json(200, getattr(app, route.handler)(body))
+        except ApiError as e:
+            self.send_json(e.status, e.body())
+        except Exception as e:  # the one place that turns a bug into a 500, logged
+            log.exception("%s %s failed", method, path)
+            self.send_json(500, {"error": "internal", "detail": "%s: %s" % (type(e).__name__, e)})
+
+    def _read_body(self, limit: int) -> bytes:
+        length = self.headers.get("Content-Length")
+        if length is None:
+            if self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                raise ApiError(411, "length_required", "send a Content-Length, not chunks")
+            return b""
+        try:
+            n = int(length)
+        except ValueError:
+            self.close_connection = True
+            raise ApiError(400, "bad_request", "Content-Length is not a number") from None
+        if n < 0 or n > limit:
+            self.close_connection = True
+            raise ApiError(413, "too_large", "the body may have at most %d bytes" % limit)
+        return self.rfile.read(n) if n else b""
+
+    def send_json(self, status: int, obj: Dict[str, Any]) -> None:
+        body = json.dumps(obj).encode()
+        head = [
+            "HTTP/1.1 %d %s" % (status, _REASONS.get(status, "Error")),
+            "Content-Type: application/json",
+            "Content-Length: %d" % len(body),
+        ]
+        if status == 401:
+            head.append("WWW-Authenticate: Bearer")
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        self.log_request(status, len(body))
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, "bad_json", "the body is not valid JSON: %s" % e) from None

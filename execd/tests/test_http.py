@@ -1,0 +1,193 @@
+"""The HTTP contract: token on every route but /health, JSON errors for bad
+input with the shell's state untouched, keep-alive, 409 while busy."""
+
+import os
+import threading
+
+import pytest
+
+from execd.server import ROUTES
+from execd.tests.helpers import TOKEN, Client, Execd
+
+pytestmark = pytest.mark.timeout(60)
+
+GUARDED = sorted(key for key, route in ROUTES.items() if route.auth)
+
+
+def test_health_needs_no_token(execd: Execd) -> None:
+    c = execd.client(token=None)
+    status, body = c.request("GET", "/health")
+    assert status == 200 and body == {"ok": True, "version": body["version"], "shell_alive": True}
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token", TOKEN + "x", "", TOKEN[:-1]])
+def test_every_other_route_answers_401_without_the_right_token(
+    execd: Execd, tmp_path, token
+) -> None:
+    marker = tmp_path / "ran"
+    c = execd.client(token=token)
+    for method, path in GUARDED + [("GET", "/no/such/route"), ("POST", "/health")]:
+        body = {"command": "touch %s" % marker} if path == "/exec" else {}
+        status, answer = c.request(method, path, body if method == "POST" else None)
+        assert status == 401, (method, path, answer)
+        assert answer["error"] == "unauthorized" and answer["detail"]
+    assert not marker.exists()
+    status, _ = c.request(
+        "POST", "/exec", {"command": "true"}, headers={"Authorization": "Basic " + TOKEN}
+    )
+    assert status == 401
+
+
+def test_the_token_is_not_visible_to_commands(execd: Execd, client: Client) -> None:
+    out = client.exec("env; cat /proc/$$/environ | tr '\\0' '\\n'; cat /proc/$$/cmdline")["output"]
+    assert TOKEN not in out
+    assert "token" not in out.lower().replace("token_", "")  # nor the token file's path
+    assert client.exec("env | grep -c SANDMAN_EXECD=")["output"] == "1\n"
+
+
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (b"{not json", "bad_json"),
+        (b"\xff\xfe", "bad_json"),
+        (b"[1, 2]", "bad_request"),
+        (b'"command"', "bad_request"),
+        (b"{}", "missing_field"),
+        (b'{"command": 5}', "bad_type"),
+        (b'{"command": "true", "timeout_s": "10"}', "bad_type"),
+        (b'{"command": "true", "timeout_s": true}', "bad_type"),
+        (b'{"command": "true", "timeout_s": -1}', "bad_value"),
+        (b'{"command": "true", "cwd": "/no/such/dir"}', "bad_cwd"),
+        (b'{"command": "true", "cwd": 3}', "bad_type"),
+        (b'{"command": "true", "extra": 1}', "unknown_field"),
+        (b'{"command": "a\\u0000b"}', "bad_value"),
+    ],
+)
+def test_malformed_exec_requests_get_400_and_the_shell_keeps_its_state(
+    client: Client, raw: bytes, code: str
+) -> None:
+    client.exec("cd / && export KEEP=me")
+    status, body = client.request("POST", "/exec", raw=raw)
+    assert status == 400 and body["error"] == code and body["detail"], body
+    assert client.exec("echo $PWD $KEEP")["output"] == "/ me\n"
+
+
+def test_unknown_routes_and_methods(client: Client) -> None:
+    assert client.request("GET", "/nope")[0] == 404
+    status, body = client.request("GET", "/exec")
+    assert status == 405 and body["error"] == "method_not_allowed"
+    status, body = client.request("POST", "/exec", raw=b"x" * 10, headers={"Content-Length": "-5"})
+    assert status in (400, 413)
+
+
+def test_requests_share_one_keep_alive_connection(client: Client) -> None:
+    client.exec("true")
+    sock = client.conn.sock
+    local = sock.getsockname()
+    for _ in range(20):
+        client.exec("true")
+        client.request("GET", "/health")
+        client.request("POST", "/files/read", {"path": "/nonexistent"})
+    assert client.conn.sock is sock and sock.getsockname() == local
+
+
+def _gate(tmp_path):
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    os.mkfifo(started)
+    os.mkfifo(release)
+    return started, release
+
+
+def test_a_second_command_while_one_runs_gets_409_busy(execd: Execd, tmp_path) -> None:
+    started, release = _gate(tmp_path)
+    first, second = execd.client(), execd.client()
+    result = {}
+
+    def run_first() -> None:
+        result["first"] = first.exec(
+            "echo up > %s; read word < %s; echo got $word" % (started, release)
+        )
+
+    t = threading.Thread(target=run_first)
+    t.start()
+    with open(started) as f:  # blocks until the first command is running
+        assert f.read() == "up\n"
+    status, body = second.request("POST", "/exec", {"command": "echo second"})
+    assert status == 409 and body["error"] == "busy"
+    assert second.request("GET", "/env")[0] == 409
+    assert second.request("GET", "/health")[1]["shell_alive"] is True
+    with open(release, "w") as f:
+        f.write("go\n")
+    t.join(30)
+    assert result["first"]["output"] == "got go\n" and result["first"]["exit_code"] == 0
+    assert second.exec("echo second")["output"] == "second\n"
+    first.close()
+    second.close()
+
+
+def test_reset_interrupts_a_running_command(execd: Execd, tmp_path) -> None:
+    started, _release = _gate(tmp_path)
+    runner, admin = execd.client(), execd.client()
+    result = {}
+    t = threading.Thread(
+        target=lambda: result.setdefault("r", runner.exec("echo up > %s; sleep 300" % started))
+    )
+    t.start()
+    with open(started) as f:
+        f.read()
+    report = admin.post("/reset")
+    t.join(30)
+    assert "interrupted by /reset" in result["r"]["error"]
+    assert report["shell_alive"] is True and report["survivors"] == []
+    assert admin.exec("echo fresh")["output"] == "fresh\n"
+    runner.close()
+    admin.close()
+
+
+def _raw(execd: Execd, data: bytes) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", execd.port), timeout=30) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+@pytest.mark.parametrize(
+    "request_bytes, status",
+    [
+        (b"GARBAGE\r\n\r\n", b"400"),
+        (b"GET /health HTTP/2.0\r\n\r\n", b"400"),
+        (b"GET /health HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
+        (b"GET /health HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", b"431"),
+        (b"GET /health HTTP/1.1\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n", b"431"),
+    ],
+)
+def test_malformed_http_gets_a_json_error_and_the_connection_closes(
+    execd: Execd, request_bytes: bytes, status: bytes
+) -> None:
+    answer = _raw(execd, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split()[1] == status, answer[:200]
+    assert b"Connection: close" in head and b'"error"' in body
+
+
+def test_http_10_closes_after_the_answer_and_expect_100_is_honoured(execd: Execd) -> None:
+    answer = _raw(execd, b"GET /health HTTP/1.0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200") and b'"ok": true' in answer
+    body = b'{"command": "echo continued"}'
+    answer = _raw(
+        execd,
+        b"POST /exec HTTP/1.1\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body,
+    )
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK")
+    assert b"continued" in answer
