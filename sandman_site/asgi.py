@@ -19,6 +19,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from sandboxes.apis.fastpath import hot_routes  # noqa: E402
 from sandman_site.routing import websocket_urlpatterns  # noqa: E402
 from sandman_site.startup import start_controller_once  # noqa: E402
 
@@ -33,7 +34,8 @@ def build_application(*, serve_static: bool) -> ProtocolTypeRouter:
     http_app = ASGIStaticFilesHandler(django_asgi_app) if serve_static else django_asgi_app
     return ProtocolTypeRouter(
         {
-            "http": http_app,
+            # Known callers' acquire/release skip Django's handler (sandboxes.apis.fastpath).
+            "http": hot_routes(http_app),
             "websocket": AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
             ),

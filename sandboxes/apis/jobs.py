@@ -2,7 +2,8 @@
 
 Each APIView is one operation: validate → one service / selector / controller call →
 serialize. Ownership is checked FIRST through ``sandboxes.selectors`` (404 for others'
-jobs, whatever the body);
+jobs, whatever the body; the async acquire asks ``access``, which applies the selectors'
+rule from memory);
 the controller is imported lazily so URL loading never builds a provider.
 Defaults of an omitted policy come from the ``Job`` model's field defaults, the one
 place they are written down.
@@ -19,6 +20,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sandboxes import selectors
+from sandboxes.apis import access
+from sandboxes.apis.asyncview import AsyncJsonApiView, validate_off_loop
 from sandboxes.apis.common import (
     JsonApiView,
     SpecSerializer,
@@ -202,8 +205,11 @@ class JobDetailApi(JsonApiView):
 # --- acquire / prewarm / drain ------------------------------------------------------------
 
 
-class JobAcquireApi(JsonApiView):
-    """POST /api/v1/jobs/{id}/acquire/ — a warm, reused or new sandbox for one worker."""
+class JobAcquireApi(AsyncJsonApiView):
+    """POST /api/v1/jobs/{id}/acquire/ — a warm, reused or new sandbox for one worker.
+
+    Async (the hot route): ownership from ``access``, then the body, then the controller.
+    """
 
     class InputSerializer(StrictSerializer):
         class Meta:
@@ -243,11 +249,18 @@ class JobAcquireApi(JsonApiView):
     @extend_schema(
         operation_id="job_acquire", request=InputSerializer, responses={200: OutputSerializer}
     )
-    def post(self, request: Request, job_id: int) -> Response:
-        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
-        data = JobAcquireApi.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        result = controller().acquire(job_id=job.pk, user_id=request.user.pk, **data.validated_data)
+    async def post(self, request: Request, job_id: int) -> Response:
+        await access.check_job(user=request.user, job_id=job_id)
+        body = request.data
+        data = JobAcquireApi.InputSerializer(data=body)
+        # Resolving a base commit runs git: off the event loop.
+        await validate_off_loop(
+            data, off_loop=isinstance(body, dict) and bool(body.get("base_commit"))
+        )
+        result = await controller().aacquire(
+            job_id=job_id, user_id=request.user.pk, **data.validated_data
+        )
+        access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
         return Response(JobAcquireApi.OutputSerializer(result).data)
 
 

@@ -16,6 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sandboxes import selectors
+from sandboxes.apis import access
+from sandboxes.apis.asyncview import AsyncJsonApiView
 from sandboxes.apis.common import (
     JsonApiView,
     SpecOutputSerializer,
@@ -139,8 +141,11 @@ class ReleaseOutcomeSerializer(StrictSerializer):
     suite = StrictCharField(max_length=200, required=False, allow_null=True)
 
 
-class SandboxReleaseApi(JsonApiView):
-    """POST /api/v1/sandboxes/{id}/release/ — give the sandbox back, with the grading outcome."""
+class SandboxReleaseApi(AsyncJsonApiView):
+    """POST /api/v1/sandboxes/{id}/release/ — give the sandbox back, with the grading outcome.
+
+    Async (the hot route): visibility from ``access``, then the body, then the controller.
+    """
 
     class InputSerializer(StrictSerializer):
         class Meta:
@@ -158,15 +163,16 @@ class SandboxReleaseApi(JsonApiView):
         request=InputSerializer,
         responses={200: OutputSerializer},
     )
-    def post(self, request: Request, sandbox_id: int) -> Response:
-        sandbox = selectors.sandbox_get_for_user(user=request.user, sandbox_id=sandbox_id)
+    async def post(self, request: Request, sandbox_id: int) -> Response:
+        await access.check_sandbox(user=request.user, sandbox_id=sandbox_id)
         data = SandboxReleaseApi.InputSerializer(data=request.data or {})
         data.is_valid(raise_exception=True)
         outcome = data.validated_data.get("outcome") or {}
-        controller().release(
-            sandbox_id=sandbox.pk,
+        await controller().arelease(
+            sandbox_id=sandbox_id,
             verdict=outcome.get("verdict"),
             patch_sha256=outcome.get("patch_sha256"),
             suite=outcome.get("suite"),
         )
-        return Response({"sandbox_id": sandbox.pk, "released": True})
+        access.forget_sandbox(sandbox_id)
+        return Response({"sandbox_id": sandbox_id, "released": True})

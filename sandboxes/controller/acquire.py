@@ -103,7 +103,7 @@ class AcquireMixin:
         started_at = self._now()
         rt = self._runtimes.get(req.job_id)
         if rt is None:
-            info = await self._db(queries.job_info, req.job_id)
+            info = await self._db_now(queries.job_info, req.job_id)
             if info is None:
                 raise NotFound(f"job {req.job_id} does not exist")
             if info.state != JobState.ACTIVE:
@@ -120,6 +120,21 @@ class AcquireMixin:
             "key_hash": key.hash,
             "started_at": started_at,
         }
+        self._acquire_started()
+        try:
+            return await self._acquire_recorded(rt, req, key, t0, record)
+        finally:
+            self._acquire_ended()
+
+    async def _acquire_recorded(
+        self,
+        rt: JobRuntime,
+        req: AcquireRequest,
+        key: PoolKey,
+        t0: float,
+        record: dict[str, Any],
+    ) -> AcquireResult:
+        """The acquire in the pool, and its acquisition row whatever the outcome."""
         try:
             result, recorded = await self._acquire_in_pool(rt, req, key, t0, record)
         except BaseException as exc:
@@ -143,7 +158,7 @@ class AcquireMixin:
         if not recorded:
             await asyncio.shield(
                 self._spawn(
-                    self._db(
+                    self._db_now(
                         acquisition_record,
                         **record,
                         outcome=AcquisitionOutcome.OK,
@@ -196,7 +211,7 @@ class AcquireMixin:
         self._fill(rt)
         try:
             remaining = None if deadline is None else max(0.0, deadline - self._clock())
-            out = await asyncio.wait_for(asyncio.shield(waiter), remaining)
+            out = await self._await_deadline(waiter, remaining)  # injected clock
         except TimeoutError:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 out = waiter.result()
@@ -286,7 +301,7 @@ class AcquireMixin:
             checked_at = self._now()
             wait_ms = (self._clock() - t0) * 1000.0
             write = self._spawn(
-                self._db(
+                self._db_now(
                     sandbox_hand_out,
                     sandbox_id=sid,
                     source=source,

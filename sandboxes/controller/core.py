@@ -30,6 +30,7 @@ from sandboxes.controller.creates import CreateMixin
 from sandboxes.controller.dbexec import DbExecutor
 from sandboxes.controller.lifecycle import LifecycleMixin
 from sandboxes.controller.maintenance import MaintenanceMixin
+from sandboxes.controller.ownership import OwnershipMixin
 from sandboxes.controller.queries import JobInfo, job_info
 from sandboxes.controller.reconcile import ReconcileMixin
 from sandboxes.controller.runtime import (
@@ -48,7 +49,13 @@ log = logging.getLogger(__name__)
 
 
 class Controller(
-    TaskMixin, AcquireMixin, CreateMixin, LifecycleMixin, MaintenanceMixin, ReconcileMixin
+    TaskMixin,
+    AcquireMixin,
+    CreateMixin,
+    LifecycleMixin,
+    MaintenanceMixin,
+    ReconcileMixin,
+    OwnershipMixin,
 ):
     """Pools, creates, deletes, reconciliation and sweeps of one service process."""
 
@@ -67,6 +74,7 @@ class Controller(
         db_workers: int | None = None,
         health_timeout_s: float = 5.0,
         execd_timeout_s: float = 120.0,
+        yield_to_acquires_s: float = 0.5,
     ) -> None:
         from django.conf import settings
 
@@ -84,6 +92,11 @@ class Controller(
         self._db_workers = db_workers
         self.health_timeout_s = health_timeout_s
         self.execd_timeout_s = execd_timeout_s
+        # Warm builds and release deletes wait (at most this long) while acquires are in
+        # flight: they share this process's interpreter with the hand-outs (see tasks.py).
+        self.yield_to_acquires_s = yield_to_acquires_s
+        self._acquiring = 0
+        self._no_acquires: asyncio.Event | None = None
         self.started = False
         self.reconciled = False
         self.provider: Provider = provider  # type: ignore[assignment]

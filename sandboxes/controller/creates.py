@@ -68,8 +68,13 @@ class CreateMixin:
         sent = False
         settled = False
         t_admit = self._clock()
+        # An acquire waits for this create: its writes go ahead of warm builds' writes,
+        # and a warm build first lets the acquires in flight finish (tasks.py).
+        db = self._db_now if ticket.purpose is Purpose.ACQUIRE else self._db
         try:
-            row = await self._db(
+            if ticket.purpose is Purpose.WARM:
+                await self._yield_to_acquires()
+            row = await db(
                 sandbox_request,
                 job_id=rt.job_id,
                 role=ticket.role,
@@ -88,11 +93,13 @@ class CreateMixin:
                 queue_ms = (self._clock() - t_admit) * 1000.0
                 if rt.pool.draining:
                     raise JobNotActive(f"job {rt.job_id} is draining")
-                await self._db(sandbox_mark_creating, sandbox_id=row.pk, now=self._now())
+                owner = await self._owner_for(rt)  # before sending: a failure sends nothing
+                await db(sandbox_mark_creating, sandbox_id=row.pk, now=self._now())
                 sent = True
                 t_send = self._clock()
-                handle = await self._settle(self.provider.create(self._spec(rt, ticket, row)))
-                await self._db(
+                spec = self._spec(rt, ticket, row, owner)
+                handle = await self._settle(self.provider.create(spec))
+                await db(
                     sandbox_record_handle,
                     sandbox_id=row.pk,
                     uid=handle.uid,
@@ -104,9 +111,7 @@ class CreateMixin:
                     self.provider.wait_ready(handle, info.readiness_budget_s)
                 )
                 create_ms = (self._clock() - t_send) * 1000.0
-            ready_row = await self._db(
-                sandbox_mark_ready, sandbox_id=row.pk, info=ready, now=self._now()
-            )
+            ready_row = await db(sandbox_mark_ready, sandbox_id=row.pk, info=ready, now=self._now())
             if info.reuse_enabled and ticket.role == Role.GRADING:
                 await self._take_baseline(rt, row.pk, ready_row.address, ready_row.token)
             settled = True
@@ -129,11 +134,10 @@ class CreateMixin:
             rt.waiters.pop(ticket.ticket_id, None)
             rt.notify()
 
-    def _spec(self, rt: JobRuntime, ticket: CreateTicket, row: Any) -> SandboxSpec:
+    def _spec(
+        self, rt: JobRuntime, ticket: CreateTicket, row: Any, owner: OwnerRef | None = None
+    ) -> SandboxSpec:
         info, key = rt.info, ticket.key
-        owner = None
-        if info.trainer_pod_name and info.trainer_pod_uid:
-            owner = OwnerRef(kind="Pod", name=info.trainer_pod_name, uid=info.trainer_pod_uid)
         return SandboxSpec(
             name=row.name,
             nonce=row.nonce,
@@ -160,7 +164,7 @@ class CreateMixin:
         create_ms: float,
     ) -> None:
         if decision is Settle.HAND_OUT:
-            await self._db(
+            await self._db_now(
                 sandbox_hand_out,
                 sandbox_id=row.pk,
                 source=SandboxSource.CREATED.value,

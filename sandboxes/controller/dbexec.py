@@ -3,23 +3,38 @@
 The ORM is synchronous and its connections are per thread. The loop never touches the
 database itself: it awaits :meth:`DbExecutor.run`, which runs the call on one of
 ``workers`` threads (one for SQLite, whose writers serialise anyway; a few for
-PostgreSQL). ``close()`` closes the connection of EVERY worker thread before the
-threads end, so a stopped controller leaves no open connection behind (PostgreSQL test
-databases cannot be dropped while one is open).
+PostgreSQL).
+
+Ordering rule a reader must not break: calls are taken by PRIORITY, then in submission
+order. ``URGENT`` is for writes a caller is waiting on right now (a warm hand-out, a
+release); ``BACKGROUND`` (the default) for the bookkeeping of creates, deletes and sweeps.
+A burst of hand-outs starts a burst of replacement creates, each with several writes: in
+one FIFO queue every hand-out would wait behind them. Work of one priority keeps its
+order, so a create's writes still happen in the order it issued them (it awaits each).
+
+Each worker keeps its connection between calls, whatever ``CONN_MAX_AGE`` says (with a
+PostgreSQL pool it is 0, which would hand the connection back and take one again on
+every call); a connection that saw an error is checked and replaced if broken.
+``close()`` closes the connection of EVERY worker thread before the threads end, so a
+stopped controller leaves no open connection behind (PostgreSQL test databases cannot be
+dropped while one is open).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
+import itertools
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 T = TypeVar("T")
+URGENT = 0
+BACKGROUND = 1
 
 
 def default_workers() -> int:
@@ -32,37 +47,69 @@ def default_workers() -> int:
 class DbExecutor:
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or default_workers()
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.workers, thread_name_prefix="sandman-db"
-        )
+        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._order = itertools.count()
         self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"sandman-db_{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    async def run(
+        self, fn: Callable[..., T], /, *args: Any, priority: int = BACKGROUND, **kwargs: Any
+    ) -> T:
+        return await asyncio.wrap_future(self.submit(fn, *args, priority=priority, **kwargs))
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, priority: int = BACKGROUND, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        """Queue the call now; its future is cancelled-and-skipped if cancelled in time."""
         if self._closed:
             raise RuntimeError("the controller's database executor is closed")
-        call = functools.partial(_call, fn, args, kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._queue.put((priority, next(self._order), (future, fn, args, kwargs)))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            _, _, item = self._queue.get()
+            if item is None:  # close(): this worker's connections go with it
+                connections.close_all()
+                return
+            future, fn, args, kwargs = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                _drop_broken_connections()
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # handed to the awaiting coroutine
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
     def close(self) -> None:
-        """Close every worker's connections, then stop the workers."""
+        """Finish the queued calls, close every worker's connections, end the workers."""
         if self._closed:
             return
         self._closed = True
-        # A barrier makes each worker thread take exactly one of the close calls.
-        barrier = threading.Barrier(self.workers)
-        futures = [self._pool.submit(_close_here, barrier) for _ in range(self.workers)]
-        concurrent.futures.wait(futures, timeout=30)
-        self._pool.shutdown(wait=True)
+        for _ in self._threads:
+            # After every queued call (lowest priority, latest order).
+            self._queue.put((BACKGROUND + 1, next(self._order), None))
+        for thread in self._threads:
+            thread.join(timeout=30)
 
 
-def _call(fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
-    close_old_connections()
-    return fn(*args, **kwargs)
-
-
-def _close_here(barrier: threading.Barrier) -> None:
-    try:
-        barrier.wait(timeout=10)
-    except threading.BrokenBarrierError:
-        pass
-    connections.close_all()
+def _drop_broken_connections() -> None:
+    """Close this thread's connections that failed and no longer answer (a restarted
+    server); healthy ones are kept for the next call."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or not conn.errors_occurred:
+            continue
+        if conn.in_atomic_block:
+            continue  # never close under a transaction (none is open between calls)
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()

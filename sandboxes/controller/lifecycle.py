@@ -108,7 +108,7 @@ class LifecycleMixin:
                 raise NotFound(f"sandbox {sandbox_id} does not exist")
             rt = await self._runtime(row.job_id)
         may_reuse = verdict is not None and rt.info.reuse_enabled and not rt.pool.draining
-        sandbox, order, kept = await self._db(
+        sandbox, order, kept = await self._db_now(
             sandbox_release_and_begin_delete,
             sandbox_id=sandbox_id,
             now=self._now(),
@@ -128,7 +128,12 @@ class LifecycleMixin:
         rt.pool.forget(sandbox.pk)
         rt.refs.pop(sandbox.pk, None)
         if order is not None:
-            self._spawn(self._destroy(order), rt, name=f"release-{sandbox.pk}")
+            # Persisted above; sent once the acquires in flight are answered (tasks.py).
+            self._spawn(self._destroy_later(order), rt, name=f"release-{sandbox.pk}")
+
+    async def _destroy_later(self, order: DeleteOrder) -> bool:
+        await self._yield_to_acquires()
+        return await self._destroy(order)
 
     # -- drain ----------------------------------------------------------------------------
     async def _drain(self, *, job_id: int) -> None:

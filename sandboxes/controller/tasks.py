@@ -7,7 +7,8 @@
   cancelled when the caller goes away, only at shutdown.
 * ``_settle`` runs one backend call to settlement even if the awaiting task is cancelled
   (except at shutdown), so cleanup code always knows the call is over.
-* ``_db`` runs ORM code on the controller's database threads, never on the loop.
+* ``_db`` runs ORM code on the controller's database threads, never on the loop;
+  ``_db_now`` does so ahead of queued background work (a caller waits for it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from sandboxes.controller.dbexec import URGENT
 from sandboxes.controller.runtime import JobRuntime
 from sandman_site.errors import ControllerUnavailable
 
@@ -68,8 +70,14 @@ class TaskMixin:
             self._calls.discard(task)
 
     async def _db(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Background priority: creates', deletes' and sweeps' bookkeeping."""
         assert self._db_exec is not None
         return await self._db_exec.run(fn, *args, **kwargs)
+
+    async def _db_now(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Urgent priority: a caller is waiting for this write (hand-out, release)."""
+        assert self._db_exec is not None
+        return await self._db_exec.run(fn, *args, priority=URGENT, **kwargs)
 
     def _spawn(
         self, coro: Coroutine[Any, Any, T], rt: JobRuntime | None = None, *, name: str = ""
@@ -90,6 +98,34 @@ class TaskMixin:
 
         task.add_done_callback(done)
         return task
+
+    # -- acquires first ---------------------------------------------------------------------
+    def _acquire_started(self) -> None:
+        self._acquiring += 1
+        if self._no_acquires is None:
+            self._no_acquires = asyncio.Event()
+        self._no_acquires.clear()
+
+    def _acquire_ended(self) -> None:
+        self._acquiring -= 1
+        if self._acquiring == 0 and self._no_acquires is not None:
+            self._no_acquires.set()
+
+    async def _yield_to_acquires(self) -> None:
+        """Wait until no acquire is in flight, at most ``yield_to_acquires_s``.
+
+        Work nobody waits for (a warm build replacing a hand-out, the delete after a
+        release) runs in the same interpreter as the hand-outs of a burst: spawning a
+        sandbox, its records and its database rows would otherwise delay every answer
+        of the burst. The bound keeps a steady stream of acquires from starving it.
+        """
+        event = self._no_acquires
+        if self._acquiring == 0 or event is None or self.yield_to_acquires_s <= 0:
+            return
+        try:
+            await asyncio.wait_for(event.wait(), self.yield_to_acquires_s)
+        except TimeoutError:
+            pass
 
     async def _settle(self, awaitable: Awaitable[T]) -> T:
         """Run a backend call to settlement even if the awaiting task is cancelled.

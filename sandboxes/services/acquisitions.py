@@ -55,26 +55,62 @@ def acquisition_record(
     detail: str = "",
 ) -> Acquisition:
     """Write one finished acquisition in a single insert (the controller's usual path)."""
-    if outcome not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
-        raise InvalidTransition(f"{outcome!r} is not a finished acquisition outcome")
     with transaction.atomic():
-        acq = Acquisition.objects.create(
+        return acquisition_insert(
             job_id=job_id,
-            user_id=user_id,
             role=role,
             image=image,
             key_hash=key_hash,
             outcome=outcome,
-            source=source,
-            sandbox_id=sandbox_id,
             started_at=started_at,
-            finished_at=now,
+            now=now,
+            user_id=user_id,
+            sandbox_id=sandbox_id,
+            source=source,
             queue_ms=queue_ms,
             create_ms=create_ms,
             wait_ms=wait_ms,
-            detail=detail[:2000],
+            detail=detail,
         )
-        _publish(acq, now)
+
+
+def acquisition_insert(
+    *,
+    job_id: int,
+    role: str,
+    image: str,
+    key_hash: str,
+    outcome: str,
+    started_at: dt.datetime,
+    now: dt.datetime,
+    user_id: int | None = None,
+    sandbox_id: int | None = None,
+    source: str = "",
+    queue_ms: float | None = None,
+    create_ms: float | None = None,
+    wait_ms: float | None = None,
+    detail: str = "",
+) -> Acquisition:
+    """:func:`acquisition_record` inside the caller's open transaction (no savepoint)."""
+    if outcome not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
+        raise InvalidTransition(f"{outcome!r} is not a finished acquisition outcome")
+    acq = Acquisition.objects.create(
+        job_id=job_id,
+        user_id=user_id,
+        role=role,
+        image=image,
+        key_hash=key_hash,
+        outcome=outcome,
+        source=source,
+        sandbox_id=sandbox_id,
+        started_at=started_at,
+        finished_at=now,
+        queue_ms=queue_ms,
+        create_ms=create_ms,
+        wait_ms=wait_ms,
+        detail=detail[:2000],
+    )
+    _publish(acq, now)
     return acq
 
 

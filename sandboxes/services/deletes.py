@@ -20,8 +20,9 @@ from django.db import transaction
 
 from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
-from sandboxes.services.sandboxes import sandbox_transition
+from sandboxes.services.sandboxes import sandbox_transition, transition_locked
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
+from sandman_site.errors import NotFound
 
 
 @dataclass(frozen=True)
@@ -64,40 +65,49 @@ def sandbox_begin_delete(
     """
     with transaction.atomic():
         sandbox = Sandbox.objects.select_for_update().filter(pk=sandbox_id).first()
-        if sandbox is None or sandbox.state == SandboxState.DELETED:
+        if sandbox is None:
             return None
-        extra = [(kind, now, {"reason": reason})] if kind else []
-        if sandbox.state == SandboxState.REQUESTED:
-            sandbox_transition(
-                sandbox_id=sandbox_id,
-                to=SandboxState.DELETED,
-                now=now,
-                extra_events=[*extra, (events.DELETED, now, {"reason": reason, "sent": False})],
-                reason=reason,
-            )
-            return None
-        if sandbox.state != SandboxState.DELETING:
-            sandbox_transition(
-                sandbox_id=sandbox_id,
-                to=SandboxState.DELETING,
-                now=now,
-                extra_events=[*extra, (events.DELETE_SENT, now, {"reason": reason})],
-                reason=reason,
-            )
-        pending, _ = PendingDelete.objects.get_or_create(
-            name=sandbox.name,
-            defaults={
-                "backend": sandbox.backend,
-                "backend_uid": sandbox.backend_uid,
-                "backend_ref": sandbox.backend_ref,
-                "nonce": sandbox.nonce,
-                "sandbox": sandbox,
-                "reason": reason[:64],
-                "created_at": now,
-                "next_attempt_at": now,
-            },
+        return _begin_delete_locked(sandbox, reason=reason, now=now, kind=kind)
+
+
+def _begin_delete_locked(
+    sandbox: Sandbox, *, reason: str, now: dt.datetime, kind: str = ""
+) -> DeleteOrder | None:
+    """:func:`sandbox_begin_delete` for a row locked in the caller's open transaction."""
+    if sandbox.state == SandboxState.DELETED:
+        return None
+    extra = [(kind, now, {"reason": reason})] if kind else []
+    if sandbox.state == SandboxState.REQUESTED:
+        transition_locked(
+            sandbox,
+            to=SandboxState.DELETED,
+            now=now,
+            extra_events=[*extra, (events.DELETED, now, {"reason": reason, "sent": False})],
+            reason=reason,
         )
-        return _order(pending)
+        return None
+    if sandbox.state != SandboxState.DELETING:
+        transition_locked(
+            sandbox,
+            to=SandboxState.DELETING,
+            now=now,
+            extra_events=[*extra, (events.DELETE_SENT, now, {"reason": reason})],
+            reason=reason,
+        )
+    pending, _ = PendingDelete.objects.get_or_create(
+        name=sandbox.name,
+        defaults={
+            "backend": sandbox.backend,
+            "backend_uid": sandbox.backend_uid,
+            "backend_ref": sandbox.backend_ref,
+            "nonce": sandbox.nonce,
+            "sandbox": sandbox,
+            "reason": reason[:64],
+            "created_at": now,
+            "next_attempt_at": now,
+        },
+    )
+    return _order(pending)
 
 
 def sandbox_release_and_begin_delete(
@@ -114,16 +124,19 @@ def sandbox_release_and_begin_delete(
     Returns ``(sandbox, order, kept)``; ``kept`` is True when ``keep_grading`` asked to
     keep a grading pod for checked reuse and the sandbox is one.
     """
-    from sandboxes.services.sandboxes import sandbox_release
+    from sandboxes.services.sandboxes import release_locked
     from sandboxes.states import Role
 
     with transaction.atomic():
-        sandbox = sandbox_release(
-            sandbox_id=sandbox_id, now=now, verdict=verdict, patch_sha256=patch_sha256, suite=suite
+        sandbox = Sandbox.objects.select_for_update().filter(pk=sandbox_id).first()
+        if sandbox is None:
+            raise NotFound(f"sandbox {sandbox_id} does not exist")
+        sandbox = release_locked(
+            sandbox, now=now, verdict=verdict, patch_sha256=patch_sha256, suite=suite
         )
         if keep_grading and sandbox.role == Role.GRADING:
             return sandbox, None, True
-        order = sandbox_begin_delete(sandbox_id=sandbox_id, reason="released", now=now)
+        order = _begin_delete_locked(sandbox, reason="released", now=now)
         return sandbox, order, False
 
 

@@ -6,6 +6,9 @@ Ordering rules a reader must not break (paper §4.4, Appendix F):
 * Every state change goes through :func:`sandbox_transition`: it locks the row, refuses
   moves not in ``SANDBOX_TRANSITIONS`` (``InvalidTransition``), stamps the state's time
   field, saves with ``update_fields`` and records a ``state`` event in one transaction.
+  Services that change a row more than once per commit (hand-out, release + delete)
+  lock it once and call :func:`transition_locked`, the same rules without a second read
+  or a savepoint; it must only be called inside the transaction holding that lock.
 * Times the backend reports (``ReadyInfo.timeline``) are stamped as reported, not as
   "now", so create-to-Ready is the backend's, not the controller's queue.
 """
@@ -139,28 +142,51 @@ def sandbox_transition(
 ) -> Sandbox:
     """Move a sandbox to ``to`` (must be allowed), stamp, save and record the event."""
     with transaction.atomic():
-        sandbox = _lock(sandbox_id)
-        previous = sandbox.state
-        if to not in SANDBOX_TRANSITIONS[previous]:
-            raise InvalidTransition(
-                f"sandbox {sandbox.name} cannot go from {previous} to {to}",
-                {"from": previous, "to": to},
-            )
-        sandbox.state = to
-        changed = {"state", "updated_at"}
-        stamp = _STATE_STAMP.get(to)
-        if stamp and not (fields and stamp in fields):
-            setattr(sandbox, stamp, now)
-            changed.add(stamp)
-        for name, value in (fields or {}).items():
-            setattr(sandbox, name, value)
-            changed.add(name)
-        sandbox.save(update_fields=sorted(changed))
-        detail: dict[str, Any] = {"from": previous, "to": to}
-        if reason:
-            detail["reason"] = reason
-        _add_events(sandbox, [(events.STATE, now, detail), *extra_events])
-        publish_on_commit("sandbox.state", _payload(sandbox, previous=previous, at=now))
+        return transition_locked(
+            _lock(sandbox_id),
+            to=to,
+            now=now,
+            fields=fields,
+            extra_events=extra_events,
+            reason=reason,
+        )
+
+
+def transition_locked(
+    sandbox: Sandbox,
+    *,
+    to: str,
+    now: dt.datetime,
+    fields: dict[str, Any] | None = None,
+    extra_events: Iterable[Event] = (),
+    reason: str = "",
+) -> Sandbox:
+    """:func:`sandbox_transition` for a row the caller locked in ITS open transaction.
+
+    For services that lock once and change the row more than once in one commit (a
+    hand-out, a release and its delete): no second SELECT and no savepoint per step.
+    """
+    previous = sandbox.state
+    if to not in SANDBOX_TRANSITIONS[previous]:
+        raise InvalidTransition(
+            f"sandbox {sandbox.name} cannot go from {previous} to {to}",
+            {"from": previous, "to": to},
+        )
+    sandbox.state = to
+    changed = {"state", "updated_at"}
+    stamp = _STATE_STAMP.get(to)
+    if stamp and not (fields and stamp in fields):
+        setattr(sandbox, stamp, now)
+        changed.add(stamp)
+    for name, value in (fields or {}).items():
+        setattr(sandbox, name, value)
+        changed.add(name)
+    sandbox.save(update_fields=sorted(changed))
+    detail: dict[str, Any] = {"from": previous, "to": to}
+    if reason:
+        detail["reason"] = reason
+    _add_events(sandbox, [(events.STATE, now, detail), *extra_events])
+    publish_on_commit("sandbox.state", _payload(sandbox, previous=previous, at=now))
     return sandbox
 
 
@@ -252,17 +278,17 @@ def sandbox_hand_out(
         fields["healthy_at"] = healthy_at
         extra.append((events.HEALTHY, healthy_at, {}))
     with transaction.atomic():
-        sandbox = sandbox_transition(
-            sandbox_id=sandbox_id,
+        sandbox = transition_locked(
+            _lock(sandbox_id),
             to=SandboxState.IN_USE,
             now=now,
             fields=fields,
             extra_events=[*extra, (events.ACQUIRED, now, {"source": source})],
         )
         if acquisition is not None:
-            from sandboxes.services.acquisitions import acquisition_record
+            from sandboxes.services.acquisitions import acquisition_insert
 
-            acquisition_record(**acquisition, sandbox_id=sandbox_id, source=source, now=now)
+            acquisition_insert(**acquisition, sandbox_id=sandbox_id, source=source, now=now)
     return sandbox
 
 
@@ -276,28 +302,41 @@ def sandbox_release(
 ) -> Sandbox:
     """In use → released. A second release is ``AlreadyReleased`` (409)."""
     with transaction.atomic():
-        sandbox = _lock(sandbox_id)
-        if sandbox.state != SandboxState.IN_USE:
-            if sandbox.released_at is not None or sandbox.state in (
-                SandboxState.RELEASED,
-                SandboxState.DELETING,
-                SandboxState.DELETED,
-            ):
-                raise AlreadyReleased(
-                    f"sandbox {sandbox.name} was already released (state {sandbox.state})"
-                )
-            raise InvalidTransition(
-                f"sandbox {sandbox.name} is {sandbox.state}, not in use: nothing to release"
-            )
-        detail: dict[str, Any] = {}
-        if verdict:
-            detail = {"verdict": verdict, "patch_sha256": patch_sha256 or "", "suite": suite or ""}
-        return sandbox_transition(
-            sandbox_id=sandbox_id,
-            to=SandboxState.RELEASED,
-            now=now,
-            extra_events=[(events.RELEASED, now, detail)],
+        return release_locked(
+            _lock(sandbox_id), now=now, verdict=verdict, patch_sha256=patch_sha256, suite=suite
         )
+
+
+def release_locked(
+    sandbox: Sandbox,
+    *,
+    now: dt.datetime,
+    verdict: str | None = None,
+    patch_sha256: str | None = None,
+    suite: str | None = None,
+) -> Sandbox:
+    """:func:`sandbox_release` for a row the caller locked in its open transaction."""
+    if sandbox.state != SandboxState.IN_USE:
+        if sandbox.released_at is not None or sandbox.state in (
+            SandboxState.RELEASED,
+            SandboxState.DELETING,
+            SandboxState.DELETED,
+        ):
+            raise AlreadyReleased(
+                f"sandbox {sandbox.name} was already released (state {sandbox.state})"
+            )
+        raise InvalidTransition(
+            f"sandbox {sandbox.name} is {sandbox.state}, not in use: nothing to release"
+        )
+    detail: dict[str, Any] = {}
+    if verdict:
+        detail = {"verdict": verdict, "patch_sha256": patch_sha256 or "", "suite": suite or ""}
+    return transition_locked(
+        sandbox,
+        to=SandboxState.RELEASED,
+        now=now,
+        extra_events=[(events.RELEASED, now, detail)],
+    )
 
 
 def sandbox_return_for_reuse(

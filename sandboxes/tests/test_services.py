@@ -238,3 +238,79 @@ def test_release_writes_the_pending_delete_in_the_same_commit_unless_kept_for_re
     grading.refresh_from_db()
     assert kept and order is None and grading.state == "released"
     assert not PendingDelete.objects.filter(name=grading.name).exists()
+
+
+def _statements(queries: list[dict]) -> list[str]:
+    """The data statements of a capture (transaction control left out), by verb."""
+    verbs = [q["sql"].split(None, 1)[0].upper() for q in queries]
+    return [v for v in verbs if v in {"SELECT", "INSERT", "UPDATE", "DELETE"}]
+
+
+def _savepoints(queries: list[dict]) -> int:
+    return sum(q["sql"].upper().startswith("SAVEPOINT") for q in queries)
+
+
+def test_a_warm_hand_out_with_its_acquisition_is_one_lock_one_update_and_two_inserts(job):
+    """The warm path's write: no second read of the row, no savepoint, one commit."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    box = requested(job)
+    sandbox_mark_creating(sandbox_id=box.pk, now=at(1))
+    sandbox_mark_ready(
+        sandbox_id=box.pk,
+        info=ReadyInfo(address="127.0.0.1:1", node="n", guards={}, timeline={}),
+        now=at(2),
+    )
+    acquisition = {
+        "job_id": job.pk,
+        "role": "rollout",
+        "image": "sandman/empty",
+        "key_hash": "k" * 16,
+        "started_at": at(3),
+        "outcome": "ok",
+        "queue_ms": 0.0,
+        "wait_ms": 1.5,
+    }
+    with CaptureQueriesContext(connection) as captured:
+        sandbox_hand_out(
+            sandbox_id=box.pk,
+            source="warm",
+            role="rollout",
+            now=at(3),
+            healthy_at=at(3),
+            acquisition=acquisition,
+        )
+    assert _statements(captured.captured_queries) == ["SELECT", "UPDATE", "INSERT", "INSERT"]
+    # Only the service's own block, which is a savepoint here under the test's transaction.
+    assert _savepoints(captured.captured_queries) <= 1
+    box.refresh_from_db()
+    assert box.state == "in_use" and box.healthy_at == at(3) and box.agent_used
+    kinds = list(SandboxEvent.objects.filter(sandbox=box, at=at(3)).values_list("kind", flat=True))
+    assert sorted(kinds) == sorted([events.STATE, events.HEALTHY, events.ACQUIRED])
+    acq = Acquisition.objects.get(sandbox=box)
+    assert (acq.outcome, acq.source, acq.wait_ms) == ("ok", "warm", 1.5)
+
+
+def test_a_release_and_its_delete_read_the_row_once(job):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    box = requested(job)
+    sandbox_mark_creating(sandbox_id=box.pk, now=at(1))
+    sandbox_mark_ready(
+        sandbox_id=box.pk,
+        info=ReadyInfo(address="127.0.0.1:1", node="n", guards={}, timeline={}),
+        now=at(2),
+    )
+    sandbox_hand_out(sandbox_id=box.pk, source="warm", role="rollout", now=at(3))
+    with CaptureQueriesContext(connection) as captured:
+        _, order, kept = sandbox_release_and_begin_delete(sandbox_id=box.pk, now=at(4))
+    reads = [
+        q for q in captured.captured_queries if "sandboxes_sandbox" in q["sql"].split("FROM")[-1]
+    ]
+    assert _statements(reads).count("SELECT") == 1
+    assert order is not None and order.name == box.name and kept is False
+    box.refresh_from_db()
+    assert box.state == "deleting" and box.released_at == at(4)
+    assert PendingDelete.objects.filter(name=box.name).count() == 1

@@ -30,7 +30,9 @@ def test_postgres_url_is_split_into_django_fields(tmp_path: Path) -> None:
 
 
 def test_postgres_socket_directory_comes_from_the_host_parameter(tmp_path: Path) -> None:
-    db = database_from_url("postgresql://postgres@/sandman?host=/tmp/pgsock", sqlite_default=tmp_path)
+    db = database_from_url(
+        "postgresql://postgres@/sandman?host=/tmp/pgsock", sqlite_default=tmp_path
+    )
     assert db["HOST"] == "/tmp/pgsock"
     assert "host" not in db["OPTIONS"]
 
@@ -53,3 +55,34 @@ def test_typed_variables_refuse_garbage(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("SANDMAN_X_BOOL", "maybe")
     with pytest.raises(ConfigError, match="SANDMAN_X_BOOL"):
         env_bool("SANDMAN_X_BOOL", True)
+
+
+def test_postgres_gets_a_connection_pool_and_no_persistent_connections(tmp_path: Path) -> None:
+    db = database_from_url("postgresql://u@/sandman?host=/s", sqlite_default=tmp_path, pool_max=32)
+    assert db["OPTIONS"]["pool"] == {"min_size": 4, "max_size": 32, "timeout": 30}
+    assert db["CONN_MAX_AGE"] == 0  # each request hands its connection back to the pool
+    small = database_from_url("postgresql://u@/s", sqlite_default=tmp_path, pool_max=2)
+    assert small["OPTIONS"]["pool"]["min_size"] == 2
+
+
+def test_a_zero_pool_size_turns_the_pool_off_and_a_negative_one_is_refused(tmp_path: Path) -> None:
+    db = database_from_url("postgresql://u@/sandman", sqlite_default=tmp_path, pool_max=0)
+    assert "pool" not in db["OPTIONS"] and db["CONN_MAX_AGE"] == 60
+    with pytest.raises(ConfigError, match="SANDMAN_DB_POOL_MAX"):
+        database_from_url("postgresql://u@/sandman", sqlite_default=tmp_path, pool_max=-1)
+
+
+def test_sqlite_runs_in_wal_mode_and_waits_for_a_locked_database(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = database_from_url("", sqlite_default=tmp_path / "x.sqlite3")
+    assert db["OPTIONS"]["timeout"] == 30
+    connection = sqlite3.connect(db["NAME"])
+    try:
+        for statement in db["OPTIONS"]["init_command"].split(";"):
+            if statement.strip():
+                connection.execute(statement)
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert connection.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+    finally:
+        connection.close()

@@ -98,6 +98,14 @@ class CgroupDriver:
     def create(self, name: str, limits: Limits) -> Placement:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def set_cpu(self, name: str, cpu_millis: int) -> dict[str, object]:  # pragma: no cover
+        """Write a CPU limit to an existing cgroup; return what the kernel reports."""
+        raise NotImplementedError
+
+    def cpu_quota(self, name: str) -> float | None:  # pragma: no cover
+        """The CPU limit in cores the kernel holds for the cgroup; None when unlimited."""
+        raise NotImplementedError
+
     def kill(self, name: str, deadline_s: float = 10.0) -> int:  # pragma: no cover
         raise NotImplementedError
 
@@ -139,13 +147,8 @@ class CgroupV2(CgroupDriver):
             if (directory / "memory.swap.max").exists():
                 _write(directory / "memory.swap.max", "0")
             applied["memory_limit_bytes"] = int(_read(directory / "memory.max"))
-        if limits.cpu_millis and (directory / "cpu.max").exists():
-            quota = limits.cpu_millis * CPU_PERIOD_US // 1000
-            _write(directory / "cpu.max", f"{quota} {CPU_PERIOD_US}")
-            got_quota, got_period = _read(directory / "cpu.max").split()
-            applied["cpu_quota_us"] = int(got_quota)
-            applied["cpu_period_us"] = int(got_period)
-            applied["cpu_quota"] = int(got_quota) / int(got_period)
+        if limits.cpu_millis:
+            applied.update(self.set_cpu(name, limits.cpu_millis))
         if limits.pids_max and (directory / "pids.max").exists():
             _write(directory / "pids.max", str(limits.pids_max))
             applied["pids_max"] = int(_read(directory / "pids.max"))
@@ -155,6 +158,23 @@ class CgroupV2(CgroupDriver):
             views=((str(directory), "/sys/fs/cgroup"),),
             applied=applied,
         )
+
+    def set_cpu(self, name: str, cpu_millis: int) -> dict[str, object]:
+        directory = self._dir(name)
+        if not (directory / "cpu.max").exists():
+            return {}
+        quota = cpu_millis * CPU_PERIOD_US // 1000
+        _write(directory / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+        got_quota, got_period = _read(directory / "cpu.max").split()
+        return {
+            "cpu_quota_us": int(got_quota),
+            "cpu_period_us": int(got_period),
+            "cpu_quota": int(got_quota) / int(got_period),
+        }
+
+    def cpu_quota(self, name: str) -> float | None:
+        quota, period = _read(self._dir(name) / "cpu.max").split()
+        return None if quota == "max" else int(quota) / int(period)
 
     def kill(self, name: str, deadline_s: float = 10.0) -> int:
         directory = self._dir(name)
@@ -216,18 +236,30 @@ class CgroupV1(CgroupDriver):
             if (memory / "memory.memsw.limit_in_bytes").exists():
                 _write(memory / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
             applied["memory_limit_bytes"] = int(_read(memory / "memory.limit_in_bytes"))
-        cpu = dirs.get("cpu")
-        if cpu is not None and limits.cpu_millis:
-            _write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
-            _write(cpu / "cpu.cfs_quota_us", str(limits.cpu_millis * CPU_PERIOD_US // 1000))
-            quota = int(_read(cpu / "cpu.cfs_quota_us"))
-            period = int(_read(cpu / "cpu.cfs_period_us"))
-            applied.update(cpu_quota_us=quota, cpu_period_us=period, cpu_quota=quota / period)
+        if dirs.get("cpu") is not None and limits.cpu_millis:
+            applied.update(self._set_cpu(dirs["cpu"], limits.cpu_millis))
         pids = dirs.get("pids")
         if pids is not None and limits.pids_max:
             _write(pids / "pids.max", str(limits.pids_max))
             applied["pids_max"] = int(_read(pids / "pids.max"))
         return applied
+
+    def set_cpu(self, name: str, cpu_millis: int) -> dict[str, object]:
+        cpu = self._dirs(name).get("cpu")
+        return {} if cpu is None else self._set_cpu(cpu, cpu_millis)
+
+    @staticmethod
+    def _set_cpu(cpu: Path, cpu_millis: int) -> dict[str, object]:
+        _write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+        _write(cpu / "cpu.cfs_quota_us", str(cpu_millis * CPU_PERIOD_US // 1000))
+        quota = int(_read(cpu / "cpu.cfs_quota_us"))
+        period = int(_read(cpu / "cpu.cfs_period_us"))
+        return {"cpu_quota_us": quota, "cpu_period_us": period, "cpu_quota": quota / period}
+
+    def cpu_quota(self, name: str) -> float | None:
+        cpu = self._dirs(name)["cpu"]
+        quota = int(_read(cpu / "cpu.cfs_quota_us"))
+        return None if quota < 0 else quota / int(_read(cpu / "cpu.cfs_period_us"))
 
     def kill(self, name: str, deadline_s: float = 10.0) -> int:
         dirs = self._dirs(name)

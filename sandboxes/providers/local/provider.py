@@ -9,6 +9,10 @@ a relay in the sandbox's first process (``sandbox_init``) that accepts on a sock
 in the host's namespace, since the sandbox itself has no route to the host.
 
 Ordering rules (base.py's contract, and what the controller relies on after a restart):
+* Memory and pids limits are on from the sandbox's first process; its CPU limit is
+  written once execd answers health and BEFORE ``wait_ready`` returns, so start-up (our
+  code only: the token, hence any command, reaches nobody before Ready) is not throttled
+  and no command ever runs without the limit. A limit that cannot be written fails Ready.
 * Images and guards are judged BEFORE anything exists: ``UnknownImage`` and
   ``GuardUnavailable`` leave nothing on disk. An egress-deny job is refused when the
   network namespace cannot be installed: a label alone is not enforcement.
@@ -105,6 +109,7 @@ class LocalProvider:
         self._locks: dict[str, _NameLock] = {}
         self._live: dict[str, Live] = {}
         self._background: set[asyncio.Future[object]] = set()
+        self._health = wire.KeptConnections()
         self._cgroup_prefix = uuid.uuid5(uuid.NAMESPACE_URL, str(self.root)).hex[:8]
 
     @classmethod
@@ -244,12 +249,13 @@ class LocalProvider:
         await asyncio.to_thread(self._prepare_workspace, source, workspace, runtime.isolated)
         placement = None
         if runtime.cgroups is not None:
-            limits = cgroups.Limits(
-                spec.memory_bytes or None, spec.cpu_millis or None, self.pids_max
-            )
+            # No CPU limit yet: start-up runs only our code and is CPU-bound (a 250m quota
+            # made it 3x slower); wait_ready writes the limit before the sandbox is Ready.
+            limits = cgroups.Limits(spec.memory_bytes or None, None, self.pids_max)
             placement = await asyncio.to_thread(
                 self._make_cgroup, runtime.cgroups, spec.name, limits
             )
+            record.cpu_millis_pending = spec.cpu_millis or None
         record.cgroup = placement.version if placement else ""
         record.guards = self._declared_guards(spec, runtime, placement)
         plan = Plan(
@@ -335,10 +341,10 @@ class LocalProvider:
 
     async def health(self, handle: Handle, address: str, token: str) -> bool:
         try:
-            status, body = await wire.get_json(
-                address, "/health", token=token, timeout_s=self.health_timeout_s
+            status, body = await self._health.get_json(
+                handle.name, address, "/health", timeout_s=self.health_timeout_s
             )
-        except (OSError, TimeoutError, ValueError):
+        except (OSError, TimeoutError, ValueError, EOFError, asyncio.LimitOverrunError):
             return False
         return status == 200 and isinstance(body, dict) and body.get("ok") is True
 
@@ -347,6 +353,7 @@ class LocalProvider:
     async def destroy(self, handle: Handle) -> None:
         from sandboxes.providers.local.teardown import destroy
 
+        self._health.drop(handle.name)
         await destroy(self, handle)
 
     async def _undo(self, name: str, directory: Path) -> None:
@@ -388,6 +395,7 @@ class LocalProvider:
         """Finish background destroys; close ready pipes. Sandboxes keep running."""
         while self._background:  # a settling create may add its destroy
             await asyncio.gather(*list(self._background), return_exceptions=True)
+        self._health.close()
         for live in self._live.values():
             if live.ready_fd is not None:
                 os.close(live.ready_fd)

@@ -6,6 +6,8 @@ Invariants:
 * On any failure (budget spent, execd died first) ``SandboxNotReady`` is raised and the
   sandbox is left as it is, for the caller's ``destroy``; the error carries the tail of
   execd's log so the reason is not lost with the sandbox.
+* The CPU limit deferred at create is written before Ready (and before the guards are
+  read); a sandbox whose limit cannot be written is not Ready.
 * The guards in ``ReadyInfo`` are read from the running sandbox's first process in /proc
   (its namespaces against ours, its host uid, its capabilities); an egress-denied sandbox
   whose network namespace cannot be confirmed is not Ready.
@@ -71,6 +73,23 @@ def _first_sandbox_process(record: records.SandboxRecord) -> int | None:
     return None
 
 
+async def _apply_cpu_limit(
+    provider: LocalProvider, record: records.SandboxRecord, directory: os.PathLike[str]
+) -> dict[str, object]:
+    """Write the deferred CPU limit (provider.py); what the kernel reports goes in guards."""
+    runtime = await provider.runtime()
+    millis = record.cpu_millis_pending
+    assert millis
+    try:
+        if runtime.cgroups is None:
+            raise OSError("no cgroup driver")
+        applied = runtime.cgroups.set_cpu(provider.host_id(record.name), millis)
+    except OSError as exc:
+        raise _not_ready(record.name, f"its CPU limit could not be set: {exc}", directory) from exc
+    record.cpu_millis_pending = None
+    return applied
+
+
 async def wait_ready(provider: LocalProvider, handle: Handle, budget_s: float) -> ReadyInfo:
     deadline = provider._monotonic() + budget_s
     name = records.check_name(handle.name)
@@ -107,8 +126,10 @@ async def wait_ready(provider: LocalProvider, handle: Handle, budget_s: float) -
         if provider._monotonic() >= deadline:
             raise _not_ready(name, f"execd at {address} did not answer health in time", directory)
         await asyncio.sleep(_HEALTH_RETRY_S)
-    timeline["ready"] = provider._clock()
     guards = dict(record.guards)
+    if record.cpu_millis_pending:
+        guards.update(await _apply_cpu_limit(provider, record, directory))
+    timeline["ready"] = provider._clock()
     init = _first_sandbox_process(record)
     if init is None:
         raise _not_ready(name, "its processes are gone", directory)

@@ -55,6 +55,8 @@ class SandboxRecord:
     pid_start: int | None = None
     address: str = ""
     cgroup: str = ""  # "" | "v1" | "v2"
+    # The CPU limit still to be written to the cgroup (at Ready; see provider.py), or None.
+    cpu_millis_pending: int | None = None
     guards: dict[str, object] = field(default_factory=dict)
     timeline: dict[str, str] = field(default_factory=dict)
 

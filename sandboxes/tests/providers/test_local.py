@@ -618,6 +618,30 @@ async def test_memory_limit_is_recorded_and_a_command_allocating_beyond_it_is_ki
     assert readings["cpu_quota"]["value"] == 0.5
 
 
+@pytest.mark.asyncio
+async def test_start_up_runs_without_the_cpu_limit_and_the_limit_is_on_before_ready(
+    isolated: LocalProvider,
+) -> None:
+    """A 250m quota made start-up (our code only) 3x slower; commands never run without it."""
+    runtime = await isolated.runtime()
+    if runtime.cgroups is None or "cpu" not in getattr(runtime.cgroups, "hierarchies", {"cpu": 1}):
+        pytest.skip("no cpu cgroup controller on this host: no CPU limit to defer")
+    spec = make_spec("sb-cpu-late", cpu_millis=250)
+    handle = await isolated.create(spec)
+    group = isolated.host_id(spec.name)
+    assert runtime.cgroups.cpu_quota(group) is None  # starting: unthrottled
+    record = records.read(isolated.root / spec.name)
+    assert record is not None and record.cpu_millis_pending == 250
+    info = await isolated.wait_ready(handle, READY_BUDGET_S)
+    assert runtime.cgroups.cpu_quota(group) == 0.25
+    assert info.guards["cpu_quota"] == 0.25
+    record = records.read(isolated.root / spec.name)
+    assert record is not None and record.cpu_millis_pending is None
+    readings = await probe(info.address, spec.token)  # the first command already sees it
+    assert readings["cpu_quota"]["value"] == 0.25
+    await isolated.destroy(handle)
+
+
 _MEMORY_SCAN = r"""
 import json, os
 out = {}
@@ -671,3 +695,71 @@ async def test_commands_cannot_read_the_token_from_the_memory_of_init_or_execd(
     ]
     assert holders == ["PermissionError", "PermissionError"], readings
     assert "TOKEN" not in [verdict for _, verdict in readings.values()], readings
+
+
+# --- kept health connections ------------------------------------------------------------------
+
+
+class _CountingHealth:
+    """A stdlib HTTP/1.1 server answering /health, counting the connections it accepted."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        owner = self
+        self.connections = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                owner.connections += 1
+                super().setup()
+
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                body = b'{"ok": true}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+@pytest.mark.asyncio
+async def test_health_checks_reuse_one_kept_connection_and_replace_a_closed_one() -> None:
+    from sandboxes.providers.local.wire import KeptConnections
+
+    server = _CountingHealth()
+    kept = KeptConnections()
+    try:
+        for _ in range(3):
+            status, body = await kept.get_json("sb-a", server.address, "/health", timeout_s=10)
+            assert (status, body) == (200, {"ok": True})
+        assert server.connections == 1
+        for stream in list(kept._idle.values()):  # the kept connection dies while idle
+            stream[1].transport.abort()
+        assert await kept.get_json("sb-a", server.address, "/health", timeout_s=10) == (
+            200,
+            {"ok": True},
+        )
+        assert server.connections == 2
+        kept.drop("sb-a")
+        assert "sb-a" not in kept._idle
+    finally:
+        kept.close()
+        server.stop()

@@ -1,0 +1,294 @@
+"""An ASGI fast path for the two hot routes: a warm acquire and a release by a known caller.
+
+Under load a trainer's acquire/release pair is mostly Django overhead, not pool work: the
+ASGI handler starts a thread per request, seven middlewares hop to it and back, signals
+hop twice more. ``hot_routes(app)`` wraps the Django ASGI app and answers, without
+Django's handler, exactly the requests whose every check can be made from memory:
+
+* ``POST /api/v1/jobs/<id>/acquire/`` and ``POST /api/v1/sandboxes/<id>/release/``,
+* with ``Authorization: Token <key>`` of a token ``access`` already knows,
+* on a job (or a sandbox this process handed out) the caller may see,
+* with a JSON object body that the view's own ``InputSerializer`` accepts (and, for an
+  acquire, no ``base_commit``: resolving one runs git).
+
+Invariants a reader must not break:
+* Anything else, and any surprise before the controller is called, FALLS THROUGH to
+  Django with the body replayed byte for byte: every refusal (401, 404, 400, 415, 405)
+  is the DRF view's own answer, so the error contract is the views' by construction.
+* Once the controller is called, its ``SandmanError`` leaves through
+  ``sandman_site.api_errors.exception_handler`` and DRF's ``JSONRenderer``: the same
+  ``{"error", "detail"}`` body and status the view would give, with the view's headers.
+* A client that disconnects cancels the controller call, as Django cancels a view.
+* What Django's middleware would do is done or declined: a Host outside ALLOWED_HOSTS
+  goes to Django (its 400); the security headers come from the same settings; with an
+  HTTPS redirect or HSTS configured there is no fast path at all.
+* No database access here: the request path reads only ``access``'s maps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+
+from rest_framework.renderers import JSONRenderer
+
+from sandboxes.apis import access
+from sandman_site.errors import SandmanError
+
+log = logging.getLogger(__name__)
+request_log = logging.getLogger("django.request")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Call = Callable[[], Awaitable[tuple[int, Any]]]
+
+_ACQUIRE = re.compile(r"^/api/v1/jobs/(\d+)/acquire/$")
+_RELEASE = re.compile(r"^/api/v1/sandboxes/(\d+)/release/$")
+_MAX_BODY = 64 * 1024  # a hot-route body is a few hundred bytes; bigger goes to Django
+
+
+def _view_headers() -> list[tuple[bytes, bytes]] | None:
+    """The headers the DRF view's answer carries (its own and the security middlewares'),
+    from the settings; None when Django would do more than add headers (an HTTPS
+    redirect, HSTS): then every request goes to Django."""
+    from django.conf import settings
+
+    if settings.SECURE_SSL_REDIRECT or settings.SECURE_HSTS_SECONDS:
+        return None
+    middleware = set(settings.MIDDLEWARE)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"vary", b"Accept"),
+        (b"allow", b"POST, OPTIONS"),
+    ]
+    if "django.middleware.clickjacking.XFrameOptionsMiddleware" in middleware:
+        headers.append((b"x-frame-options", settings.X_FRAME_OPTIONS.upper().encode()))
+    if "django.middleware.security.SecurityMiddleware" in middleware:
+        if settings.SECURE_CONTENT_TYPE_NOSNIFF:
+            headers.append((b"x-content-type-options", b"nosniff"))
+        if settings.SECURE_REFERRER_POLICY:
+            policy = settings.SECURE_REFERRER_POLICY
+            if not isinstance(policy, str):
+                policy = ",".join(policy)
+            headers.append((b"referrer-policy", policy.encode()))
+        if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
+            headers.append(
+                (b"cross-origin-opener-policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY.encode())
+            )
+    return headers
+
+
+def hot_routes(app: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """Wrap an ASGI app (Django's): the hot routes of known callers skip it."""
+    view_headers = _view_headers()
+    if view_headers is None:
+        return app
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        route = _route(scope)
+        if route is None or not _host_allowed(scope):
+            await app(scope, receive, send)
+            return
+        messages, body, complete = await _read_body(receive)
+        replay = _replayed(messages, receive)
+        call = None
+        if complete:
+            try:
+                call = route(scope, body)
+            except Exception:  # a surprise before any effect: Django answers instead
+                log.debug("fast path declined %s", scope.get("path"), exc_info=True)
+        if call is None:
+            await app(scope, replay, send)
+            return
+        outcome = await _until_disconnect(call, receive)
+        if outcome is None:
+            return  # the client left; the controller call was cancelled
+        status, data = outcome
+        if status >= 500:
+            request_log.error("%s: %s", HTTPStatus(status).phrase, scope.get("path"))
+        await _send_json(send, status, data, view_headers)
+
+    return asgi
+
+
+def _host_allowed(scope: Scope) -> bool:
+    """ALLOWED_HOSTS, as Django's ``request.get_host()`` judges it (a bad Host: Django)."""
+    from django.conf import settings
+    from django.http.request import split_domain_port, validate_host
+
+    host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+    domain, _ = split_domain_port(host)
+    allowed = settings.ALLOWED_HOSTS
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]
+    return bool(domain) and validate_host(domain, allowed)
+
+
+def _route(scope: Scope) -> Callable[[Scope, bytes], Call | None] | None:
+    if scope.get("type") != "http" or scope.get("method") != "POST":
+        return None
+    path = scope.get("path", "")
+    if _ACQUIRE.match(path):
+        return _acquire
+    if _RELEASE.match(path):
+        return _release
+    return None
+
+
+# --- the two routes: checks from memory, then one controller call ---------------------------
+
+
+def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:
+    """(user, JSON object body) for a known token and a JSON object; else None."""
+    headers = dict(scope.get("headers") or [])
+    parts = headers.get(b"authorization", b"").split()
+    if len(parts) != 2 or parts[0].lower() != b"token":
+        return None
+    user = access.cached_token_user(parts[1].decode("ascii", "replace"))
+    if user is None:
+        return None
+    if not body:
+        return user, {}
+    content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    if content_type != b"application/json":
+        return None
+    data = json.loads(body, parse_constant=_refuse_constant)
+    return (user, data) if isinstance(data, dict) else None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (DRF's parser refuses it too)")
+
+
+def _acquire(scope: Scope, body: bytes) -> Call | None:
+    from sandboxes.apis.common import controller
+    from sandboxes.apis.jobs import JobAcquireApi
+
+    known = _caller(scope, body)
+    if known is None:
+        return None
+    user, data = known
+    job_id = int(_ACQUIRE.match(scope["path"]).group(1))  # type: ignore[union-attr]
+    if access.job_visible_cached(user=user, job_id=job_id) is not True:
+        return None
+    if data.get("base_commit"):
+        return None
+    serializer = JobAcquireApi.InputSerializer(data=data)
+    if not serializer.is_valid():
+        return None
+    ctl = controller()
+
+    async def call() -> tuple[int, Any]:
+        result = await ctl.aacquire(job_id=job_id, user_id=user.pk, **serializer.validated_data)
+        access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
+        return 200, JobAcquireApi.OutputSerializer(result).data
+
+    return call
+
+
+def _release(scope: Scope, body: bytes) -> Call | None:
+    from sandboxes.apis.common import controller
+    from sandboxes.apis.sandboxes import SandboxReleaseApi
+
+    known = _caller(scope, body)
+    if known is None:
+        return None
+    user, data = known
+    sandbox_id = int(_RELEASE.match(scope["path"]).group(1))  # type: ignore[union-attr]
+    if access.sandbox_visible_cached(user=user, sandbox_id=sandbox_id) is not True:
+        return None
+    serializer = SandboxReleaseApi.InputSerializer(data=data)
+    if not serializer.is_valid():
+        return None
+    outcome = serializer.validated_data.get("outcome") or {}
+    ctl = controller()
+
+    async def call() -> tuple[int, Any]:
+        await ctl.arelease(
+            sandbox_id=sandbox_id,
+            verdict=outcome.get("verdict"),
+            patch_sha256=outcome.get("patch_sha256"),
+            suite=outcome.get("suite"),
+        )
+        access.forget_sandbox(sandbox_id)
+        return 200, {"sandbox_id": sandbox_id, "released": True}
+
+    return call
+
+
+# --- ASGI plumbing ---------------------------------------------------------------------------
+
+
+async def _read_body(receive: Receive) -> tuple[list[dict[str, Any]], bytes, bool]:
+    """The messages read, the body, and whether it is complete (not too big, no
+    disconnect): an incomplete one goes to Django, which reads the rest."""
+    messages: list[dict[str, Any]] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages, b"", False
+        size += len(message.get("body", b""))
+        if size > _MAX_BODY:
+            return messages, b"", False
+        if not message.get("more_body", False):
+            return messages, b"".join(m.get("body", b"") for m in messages), True
+
+
+def _replayed(messages: list[dict[str, Any]], receive: Receive) -> Receive:
+    """A ``receive`` that first gives back, verbatim, what was read; then the stream."""
+    pending = list(reversed(messages))
+
+    async def replay() -> dict[str, Any]:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replay
+
+
+async def _until_disconnect(call: Call, receive: Receive) -> tuple[int, Any] | None:
+    """Run the controller call; cancel it if the client disconnects first."""
+    work = asyncio.ensure_future(_answer(call))
+    listen = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({work, listen}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        listen.cancel()
+    if not work.done():
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        return None
+    return work.result()
+
+
+async def _answer(call: Call) -> tuple[int, Any]:
+    try:
+        return await call()
+    except SandmanError as exc:
+        from sandman_site.api_errors import exception_handler
+
+        response = exception_handler(exc, {})
+        assert response is not None
+        return response.status_code, response.data
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _send_json(
+    send: Send, status: int, data: Any, view_headers: list[tuple[bytes, bytes]]
+) -> None:
+    content = JSONRenderer().render(data)
+    headers = [*view_headers, (b"content-length", str(len(content)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
