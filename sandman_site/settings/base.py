@@ -127,6 +127,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("SANDMAN_LOG_LEVEL", "INFO")},
+    # runserver gives this logger its own handler; without this every request logs twice.
+    "loggers": {"django.channels.server": {"propagate": False}},
 }
 
 # --- Sandman ---------------------------------------------------------------------------
