@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from incidents import rules, selectors
 from incidents.exports import incidents_csv
-from incidents.models import Incident, OwnerlessPod
+from incidents.models import TEXT_FIELDS, Incident, OwnerlessPod
 from incidents.states import INCIDENT_COLOURS, transition_allowed
 
 
@@ -107,17 +107,7 @@ class IncidentAdmin(admin.ModelAdmin):
         AccountFilter,
         "detector_key",
     )
-    search_fields = (
-        "title",
-        "what_happened",
-        "how_found",
-        "cause",
-        "trigger",
-        "fix",
-        "how_verified",
-        "effect",
-        "workload",
-    )
+    search_fields = TEXT_FIELDS
     date_hierarchy = "started_at"
     raw_id_fields = ("jobs", "sandboxes")
     readonly_fields = (

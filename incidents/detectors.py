@@ -82,68 +82,74 @@ def _minute_rows(qs: QuerySet, *, time_field: str, hits: Any, total: Any) -> lis
 def detect_create_errors(*, since: datetime, now: datetime) -> list[Incident]:
     """Share of pod creates answered 5xx in a minute (CREATE_ERROR status >= 500 over the
     distinct sandboxes with CREATE_SENT or CREATE_ERROR in that minute)."""
-    bad = Q(kind=events.CREATE_ERROR, detail__status__gte=500)
-    qs = SandboxEvent.objects.filter(
-        at__gte=since, at__lte=now, kind__in=[events.CREATE_SENT, events.CREATE_ERROR]
+    return _detect_event_share(
+        _CREATE_SPEC,
+        bad=Q(kind=events.CREATE_ERROR, detail__status__gte=500),
+        kinds=[events.CREATE_SENT, events.CREATE_ERROR],
+        share=settings.SANDMAN_DETECT_CREATE_ERROR_SHARE,
+        min_hits=settings.SANDMAN_DETECT_CREATE_ERROR_MIN,
+        since=since,
+        now=now,
     )
+
+
+def detect_address_failures(*, since: datetime, now: datetime) -> list[Incident]:
+    """Share of sandboxes scheduled in a minute that hit an address-assignment failure
+    (distinct sandboxes with ADDRESS_FAILURE over those with SCHEDULED or ADDRESS_FAILURE)."""
+    return _detect_event_share(
+        _ADDRESS_SPEC,
+        bad=Q(kind=events.ADDRESS_FAILURE),
+        kinds=[events.SCHEDULED, events.ADDRESS_FAILURE],
+        share=settings.SANDMAN_DETECT_ADDRESS_FAILURE_SHARE,
+        min_hits=settings.SANDMAN_DETECT_ADDRESS_FAILURE_MIN,
+        since=since,
+        now=now,
+    )
+
+
+def _detect_event_share(
+    spec: _Spec,
+    *,
+    bad: Q,
+    kinds: list[str],
+    share: float,
+    min_hits: int,
+    since: datetime,
+    now: datetime,
+) -> list[Incident]:
+    """Per minute, the distinct sandboxes with a ``bad`` event over those with any event of
+    ``kinds``; minutes reaching ``share`` with at least ``min_hits`` are settled as ``spec``."""
+    qs = SandboxEvent.objects.filter(at__gte=since, at__lte=now, kind__in=kinds)
     rows = _minute_rows(
         qs,
         time_field="at",
         hits=Count("sandbox", filter=bad, distinct=True),
         total=Count("sandbox", distinct=True),
     )
-    flagged = windows.over_share(
-        rows,
-        share=settings.SANDMAN_DETECT_CREATE_ERROR_SHARE,
-        min_hits=settings.SANDMAN_DETECT_CREATE_ERROR_MIN,
-    )
+    flagged = windows.over_share(rows, share=share, min_hits=min_hits)
 
     def involved(burst: Burst) -> QuerySet:
         return SandboxEvent.objects.filter(bad, at__gte=burst.start, at__lt=burst.end)
 
-    return _settle(_CREATE_SPEC, flagged, involved, now=now)
+    return _settle(spec, flagged, involved, now=now)
 
 
-def detect_address_failures(*, since: datetime, now: datetime) -> list[Incident]:
-    """Share of sandboxes scheduled in a minute that hit an address-assignment failure
-    (distinct sandboxes with ADDRESS_FAILURE over those with SCHEDULED or ADDRESS_FAILURE)."""
-    failed = Q(kind=events.ADDRESS_FAILURE)
-    qs = SandboxEvent.objects.filter(
-        at__gte=since, at__lte=now, kind__in=[events.SCHEDULED, events.ADDRESS_FAILURE]
+def _ended_acquisitions(outcome: str) -> QuerySet:
+    """Acquisitions with ``outcome``, annotated ``ended`` (finish time, else start time)."""
+    return Acquisition.objects.filter(outcome=outcome).annotate(
+        ended=Coalesce("finished_at", "started_at")
     )
-    rows = _minute_rows(
-        qs,
-        time_field="at",
-        hits=Count("sandbox", filter=failed, distinct=True),
-        total=Count("sandbox", distinct=True),
-    )
-    flagged = windows.over_share(
-        rows,
-        share=settings.SANDMAN_DETECT_ADDRESS_FAILURE_SHARE,
-        min_hits=settings.SANDMAN_DETECT_ADDRESS_FAILURE_MIN,
-    )
-
-    def involved(burst: Burst) -> QuerySet:
-        return SandboxEvent.objects.filter(failed, at__gte=burst.start, at__lt=burst.end)
-
-    return _settle(_ADDRESS_SPEC, flagged, involved, now=now)
 
 
 def detect_acquire_timeouts(*, since: datetime, now: datetime) -> list[Incident]:
     """Acquisitions that ended in ``timeout`` per minute (by finish, else start time)."""
-    qs = (
-        Acquisition.objects.filter(outcome=AcquisitionOutcome.TIMEOUT)
-        .annotate(ended=Coalesce("finished_at", "started_at"))
-        .filter(ended__gte=since, ended__lte=now)
-    )
+    qs = _ended_acquisitions(AcquisitionOutcome.TIMEOUT).filter(ended__gte=since, ended__lte=now)
     rows = _minute_rows(qs, time_field="ended", hits=Count("id"), total=Count("id"))
     flagged = windows.over_count(rows, min_hits=settings.SANDMAN_DETECT_ACQUIRE_TIMEOUTS_MIN)
 
     def involved(burst: Burst) -> QuerySet:
-        return (
-            Acquisition.objects.filter(outcome=AcquisitionOutcome.TIMEOUT)
-            .annotate(ended=Coalesce("finished_at", "started_at"))
-            .filter(ended__gte=burst.start, ended__lt=burst.end)
+        return _ended_acquisitions(AcquisitionOutcome.TIMEOUT).filter(
+            ended__gte=burst.start, ended__lt=burst.end
         )
 
     return _settle(_TIMEOUT_SPEC, flagged, involved, now=now)
@@ -319,8 +325,7 @@ def detect_pod_cap(*, since: datetime, now: datetime) -> list[Incident]:
     for row in cap_events:
         _fold(per_job, row["sandbox__job"], row, "events")
     refused = (
-        Acquisition.objects.filter(outcome=AcquisitionOutcome.CAP)
-        .annotate(ended=Coalesce("finished_at", "started_at"))
+        _ended_acquisitions(AcquisitionOutcome.CAP)
         .filter(ended__gte=since, ended__lte=now)
         .values("job")
         .annotate(n=Count("id"), first=Min("ended"), last=Max("ended"))

@@ -26,6 +26,20 @@ from django.db.models import F, Q
 from incidents import rules
 from incidents.states import EvidenceKind, GpuHourBasis, IncidentStatus, Stage
 
+# The free-text fields of an Incident: what the admin's search and ``text_search_q``
+# (incidents.selectors) look in.
+TEXT_FIELDS = (
+    "title",
+    "what_happened",
+    "how_found",
+    "cause",
+    "trigger",
+    "fix",
+    "how_verified",
+    "effect",
+    "workload",
+)
+
 
 class IncidentManager(models.Manager):
     def get_by_natural_key(self, uid: str) -> Incident:

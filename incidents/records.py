@@ -29,17 +29,6 @@ _FLAG_FOR_PART = {
     CausePart.KUBERNETES_DEFAULT: "cause_in_kubernetes_default",
     CausePart.CLUSTER_SERVICE: "cause_in_cluster_service",
 }
-TEXT_FIELDS = (
-    "title",
-    "what_happened",
-    "how_found",
-    "cause",
-    "trigger",
-    "fix",
-    "how_verified",
-    "effect",
-    "workload",
-)
 
 
 def _gpu_hours() -> serializers.DecimalField:

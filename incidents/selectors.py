@@ -28,7 +28,7 @@ from django.db.models import (
 )
 
 from incidents import rules
-from incidents.models import Incident
+from incidents.models import TEXT_FIELDS, Incident
 from incidents.states import Stage
 
 ACCOUNT = Q(gpu_hours_basis__in=rules.ACCOUNT_BASES)
@@ -82,17 +82,7 @@ def cause_class_keys() -> list[str]:
 
 def text_search_q(term: str) -> Q:
     query = Q()
-    for name in (
-        "title",
-        "what_happened",
-        "how_found",
-        "cause",
-        "trigger",
-        "fix",
-        "how_verified",
-        "effect",
-        "workload",
-    ):
+    for name in TEXT_FIELDS:
         query |= Q(**{f"{name}__icontains": term})
     return query
 

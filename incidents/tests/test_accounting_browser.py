@@ -17,18 +17,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
+from sandman_site.testing.browser import launch_chromium
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 SCREENSHOT = "/tmp/accounting.png"
 
 
@@ -52,7 +44,7 @@ def test_the_accounting_page_draws_table_a49_bars_without_console_errors(live_se
     outside: list[str] = []
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        browser = launch_chromium(pw, headless=True)
         try:
             context = browser.new_context(viewport={"width": 1500, "height": 1300})
             context.add_cookies([cookie])

@@ -205,6 +205,15 @@ class JobDetailApi(JsonApiView):
 # --- acquire / prewarm / drain ------------------------------------------------------------
 
 
+def _image_key(attrs: dict[str, Any]) -> dict[str, Any]:
+    """``image``, ``base_commit`` (blank -> None) and the spec's fields, flat, once the
+    image (and commit) passed ``check_image``: the part of a sandbox key an acquire and a
+    prewarm key share."""
+    base_commit = attrs.get("base_commit") or None
+    check_image(attrs["image"], base_commit)
+    return {"image": attrs["image"], "base_commit": base_commit, **attrs["spec"]}
+
+
 class JobAcquireApi(AsyncJsonApiView):
     """POST /api/v1/jobs/{id}/acquire/ — a warm, reused or new sandbox for one worker.
 
@@ -224,15 +233,7 @@ class JobAcquireApi(AsyncJsonApiView):
         )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-            base_commit = attrs.get("base_commit") or None
-            check_image(attrs["image"], base_commit)
-            return {
-                "image": attrs["image"],
-                "base_commit": base_commit,
-                **attrs["spec"],
-                "role": attrs["role"],
-                "timeout_s": attrs.get("timeout_s"),
-            }
+            return {**_image_key(attrs), "role": attrs["role"], "timeout_s": attrs.get("timeout_s")}
 
     class OutputSerializer(serializers.Serializer):
         class Meta:
@@ -272,15 +273,7 @@ class PrewarmKeySerializer(StrictSerializer):
     role = serializers.ChoiceField(choices=Role.choices, required=False, default=Role.ROLLOUT)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        base_commit = attrs.get("base_commit") or None
-        check_image(attrs["image"], base_commit)
-        return {
-            "image": attrs["image"],
-            "base_commit": base_commit,
-            **attrs["spec"],
-            "count": attrs["count"],
-            "role": attrs["role"],
-        }
+        return {**_image_key(attrs), "count": attrs["count"], "role": attrs["role"]}
 
 
 _ACCEPTED = inline_serializer(

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import secrets
 import threading
-import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,9 +21,11 @@ from django.contrib.auth import get_user_model
 
 from sandboxes.models import Job, Sandbox, SandboxEvent
 from sandboxes.providers.base import Handle, ReadyInfo, SandboxSpec
-from sandboxes.providers.local import records
+from sandboxes.providers.local import procs, records
 from sandboxes.providers.local.provider import LocalProvider
 from sandboxes.services import job_create
+from sandboxes.tests.api_support import wait_for
+from sandboxes.tests.http_support import post_json
 from sandman_site.errors import ProviderError
 
 MiB = 2**20
@@ -55,14 +54,10 @@ def acquire_args(job: Job, **over: Any) -> dict[str, Any]:
 
 
 def execd(address: str, token: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://{address}{path}",
-        data=json.dumps(payload).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
+    """POST ``payload`` to execd at ``address`` with the sandbox's bearer token."""
+    return post_json(
+        f"http://{address}{path}", payload, headers={"Authorization": f"Bearer {token}"}
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read())
 
 
 def pid_of(root: Path, name: str) -> int:
@@ -73,24 +68,12 @@ def pid_of(root: Path, name: str) -> int:
 
 def process_alive(pid: int) -> bool:
     """True if ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return procs.state(pid) not in (None, "Z")
 
 
-def wait_until(predicate: Any, *, what: str, deadline_s: float = 60.0) -> Any:
-    """Poll an observable state until it holds (a generous deadline, not a timing claim)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up after {deadline_s} s waiting for {what}")
-        time.sleep(0.02)
+# Poll an observable state until it holds (a generous deadline, not a timing claim): the
+# one poll loop of the test helpers, under the name the controller tests use.
+wait_until = wait_for
 
 
 def state(sandbox_id: int) -> str:

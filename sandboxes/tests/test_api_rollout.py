@@ -9,29 +9,17 @@ Waits are on database state with a deadline (``api_support.wait_for``), never sl
 from __future__ import annotations
 
 import hashlib
-import json
-import urllib.request
 from typing import Any
 
 import pytest
 
 from sandboxes.models import Acquisition, Job, Sandbox
 from sandboxes.tests.api_support import api, make_user, row_counts, wait_for
+from sandboxes.tests.controller_support import execd
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SPEC = {"cpu": "500m", "memory": "256Mi"}
-
-
-def execd(address: str, token: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://{address}{path}",
-        data=json.dumps(payload).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read())
 
 
 @pytest.fixture

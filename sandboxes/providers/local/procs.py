@@ -17,14 +17,22 @@ import os
 import signal
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat (clock ticks since boot), or None if no such process."""
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after ``(comm)`` (state first), or None if no such
+    process. ``comm`` may hold spaces and parentheses, hence the split at the last ``)``."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (clock ticks since boot), or None if no such process."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
     try:
         return int(fields[19])
     except (IndexError, ValueError):
@@ -33,12 +41,7 @@ def start_time(pid: int) -> int | None:
 
 def state(pid: int) -> str | None:
     """The one-letter process state (R, S, Z, ...), or None if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    fields = _stat_fields(pid)
     return fields[0].decode() if fields else None
 
 
@@ -55,13 +58,8 @@ def _ppids() -> dict[int, tuple[int, bytes]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
+        fields = _stat_fields(entry)
+        if fields is not None and len(fields) > 1:
             table[int(entry)] = (int(fields[1]), fields[0])
     return table
 

@@ -22,17 +22,7 @@ from typing import Any
 import pytest
 
 from sandboxes.tests.browser.daphne_thread import DaphneThread
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
+from sandman_site.testing.browser import CHROMIUM, launch_chromium
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +49,7 @@ def browser_page(transactional_db: None, live_url: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = launch_chromium(playwright)
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
         page.set_default_timeout(30_000)

@@ -12,8 +12,6 @@ over the websocket, without a reload. Waits are on page state (``wait_for_functi
 from __future__ import annotations
 
 import datetime as dt
-import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -25,6 +23,7 @@ from sandboxes.pages import CHARTS
 from sandboxes.services import sandbox_transition
 from sandboxes.states import SandboxState
 from sandboxes.tests.dashboard_factories import job_through_services, ready_through_services
+from sandboxes.tests.http_support import post_json
 
 pytestmark = pytest.mark.browser
 
@@ -69,14 +68,12 @@ def _log_in(page: Any, live_url: str) -> None:
 
 def _acquire(live_url: str, history: dict[str, Any]) -> dict[str, Any]:
     body = {"image": "sandman/empty", "spec": {"cpu": "500m", "memory": "256Mi"}, "timeout_s": 60}
-    request = urllib.request.Request(
+    return post_json(
         f"{live_url}/api/v1/jobs/{history['job_id']}/acquire/",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Token {history['token']}", "Content-Type": "application/json"},
-        method="POST",
+        body,
+        headers={"Authorization": f"Token {history['token']}"},
+        timeout_s=90,
     )
-    with urllib.request.urlopen(request, timeout=90) as response:
-        return json.loads(response.read())
 
 
 def test_an_acquired_sandbox_adds_points_to_the_open_dashboard_without_reload(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sandboxes.providers.base import Handle, SandboxSpec
 from sandboxes.providers.local import LocalProvider
+from sandboxes.tests.http_support import post_json
 
 
 def make_spec(name: str, **overrides: object) -> SandboxSpec:
@@ -33,15 +34,10 @@ def make_spec(name: str, **overrides: object) -> SandboxSpec:
 
 
 def _post(address: str, path: str, token: str, body: dict[str, object]) -> dict[str, object]:
-    request = urllib.request.Request(
-        f"http://{address}{path}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return json.loads(answer.read())
+        return post_json(
+            f"http://{address}{path}", body, headers={"Authorization": f"Bearer {token}"}
+        )
     except urllib.error.HTTPError as error:
         return {"http_status": error.code, **json.loads(error.read() or b"{}")}
 

@@ -1,0 +1,1 @@
+"""Helpers the test suites of several apps share (imported by tests only)."""
