@@ -97,6 +97,8 @@ class MaintenanceMixin:
             return False
         if await self._db(queries.job_rows_left, job_id=rt.job_id):
             return False
+        if not await self._release_owner(rt):  # the job's anchor goes last (ownership.py)
+            return False
         await self._db(job_mark_drained, job_id=rt.job_id, now=self._now())
         rt.drained = True
         return True

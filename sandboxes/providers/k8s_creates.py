@@ -1,0 +1,226 @@
+"""Kubernetes backend, part 4: a create that runs to settlement, whatever its caller does.
+
+Rules a reader must not break (paper §4.4, Appendix F, Table 2 rows 1 and 2):
+* Every create carries a pre-assigned name and a nonce annotation. The HTTP call runs in a
+  worker thread and runs to settlement even if the awaiting task is cancelled: a queued
+  item that never started is withdrawn (nothing was sent); otherwise the provider waits
+  for the answer and deletes whatever got stored, holding it in its pending set meanwhile.
+* After a 5xx or a transport error the pod is read back by name and deleted with a UID
+  precondition only if it carries this create's nonce; then ``ProviderAmbiguous`` with
+  the identity in ``extra``. A 403 or another 4xx sends no read and no delete. A 409 reads
+  the holder: our nonce means an earlier attempt of this very create (adopted), any other
+  is ``ProviderConflict`` and the pod is left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sandboxes import labels as L
+from sandboxes.providers.base import Handle, SandboxSpec
+from sandboxes.providers.k8s_deletes import PendingDelete, Unconfirmed
+from sandboxes.providers.k8s_manifest import TRANSPORT_ERRORS, build_pod_manifest, describe
+from sandman_site.errors import (
+    ProviderAmbiguous,
+    ProviderConflict,
+    ProviderError,
+    ProviderForbidden,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CreateOutcome:
+    """What the worker thread learned; turned into a handle or an error on the loop."""
+
+    handle: Handle | None = None
+    error: ProviderError | None = None
+    pending: PendingDelete | None = None
+    deleted: tuple[str, str] | None = None
+    stored_at: float = 0.0  # time.monotonic() when the API confirmed the pod stored
+    version: str = ""  # the pod's resourceVersion in that answer
+
+
+def _err(
+    cls: type[ProviderError], message: str, extra: dict[str, Any], cause: BaseException
+) -> ProviderError:
+    error = cls(message, extra)
+    error.__cause__ = cause
+    return error
+
+
+class CreateMixin:
+    """Creates of :class:`KubernetesProvider`."""
+
+    async def create(self, spec: SandboxSpec) -> Handle:
+        self._ensure_started()
+        manifest = build_pod_manifest(spec, self.config)
+        abandoned = threading.Event()
+        work = self._submit("create", spec.name, self._create_sync, manifest, spec, abandoned)
+        answer = asyncio.wrap_future(work)
+        try:
+            outcome = await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            if work.cancel():  # still queued: no request was ever sent
+                raise
+            abandoned.set()  # if the thread has not sent it yet, it never will
+            cleanup = self._spawn(self._settle_abandoned(answer, spec))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(cleanup)  # a second cancel leaves it to our task
+            raise
+        return self._finish(outcome)
+
+    def _finish(self, outcome: CreateOutcome) -> Handle:
+        if outcome.pending is not None:
+            self._add_pending(outcome.pending)
+        if outcome.deleted is not None:
+            self._hook(self.on_deleted, *outcome.deleted)
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.handle is None:
+            raise ProviderError("create was not sent")
+        if outcome.stored_at:
+            self._stored[outcome.handle.name] = (
+                outcome.handle.uid,
+                outcome.stored_at,
+                outcome.version,
+            )
+        return outcome.handle
+
+    async def _settle_abandoned(
+        self, answer: asyncio.Future[CreateOutcome], spec: SandboxSpec
+    ) -> None:
+        """The caller is gone: own whatever the create stored and delete it."""
+        try:
+            handle = self._finish(await answer)
+        except ProviderError as exc:
+            log.info("abandoned create of %s settled without a pod to own: %s", spec.name, exc)
+            return
+        self._add_pending(PendingDelete(handle.name, handle.uid, handle.nonce))
+        try:
+            await self.destroy(handle)
+        except ProviderError:
+            log.warning("abandoned pod %s stays pending deletion", handle.name, exc_info=True)
+
+    def _create_sync(
+        self, manifest: client.V1Pod, spec: SandboxSpec, abandoned: threading.Event
+    ) -> CreateOutcome:
+        if abandoned.is_set():
+            return CreateOutcome()
+        extra = {"name": spec.name, "nonce": spec.nonce, "namespace": self.config.namespace}
+        try:
+            pod = self.core.create_namespaced_pod(
+                self.config.namespace, manifest, _request_timeout=self.config.request_timeout_s
+            )
+        except ApiException as exc:
+            status = exc.status or 0
+            if status == 409:
+                return self._conflict_sync(spec, exc)
+            if 400 <= status < 500:
+                cls = ProviderForbidden if status == 403 else ProviderError
+                return CreateOutcome(
+                    error=_err(
+                        cls,
+                        f"create of pod {spec.name} refused: {describe(exc)}",
+                        {**extra, "status": status},
+                        exc,
+                    )
+                )
+            return self._reclaim_sync(spec, exc)
+        except TRANSPORT_ERRORS as exc:
+            return self._reclaim_sync(spec, exc)
+        return CreateOutcome(
+            handle=Handle(spec.name, spec.nonce, self.name, uid=pod.metadata.uid),
+            stored_at=time.monotonic(),
+            version=pod.metadata.resource_version or "",
+        )
+
+    def _conflict_sync(self, spec: SandboxSpec, exc: ApiException) -> CreateOutcome:
+        extra: dict[str, Any] = {"name": spec.name, "nonce": spec.nonce, "status": 409}
+        try:
+            holder = self.core.read_namespaced_pod(
+                spec.name, self.config.namespace, _request_timeout=self.config.request_timeout_s
+            )
+        except (ApiException, *TRANSPORT_ERRORS):
+            holder = None
+        if (
+            holder is not None
+            and (holder.metadata.annotations or {}).get(L.NONCE_ANNOTATION) == spec.nonce
+        ):
+            return CreateOutcome(
+                handle=Handle(spec.name, spec.nonce, self.name, uid=holder.metadata.uid)
+            )
+        extra["holder_uid"] = holder.metadata.uid if holder is not None else None
+        return CreateOutcome(
+            error=_err(
+                ProviderConflict,
+                f"pod {spec.name} is held by another workload; left alone",
+                extra,
+                exc,
+            )
+        )
+
+    def _reclaim_sync(self, spec: SandboxSpec, cause: BaseException) -> CreateOutcome:
+        """Ambiguous answer: read back by name, delete only on our nonce (UID precondition)."""
+        extra: dict[str, Any] = {
+            "name": spec.name,
+            "nonce": spec.nonce,
+            "namespace": self.config.namespace,
+            "cause": describe(cause),
+        }
+        message = f"create of pod {spec.name} ended ambiguously ({describe(cause)})"
+        try:
+            pod = self.core.read_namespaced_pod(
+                spec.name, self.config.namespace, _request_timeout=self.config.request_timeout_s
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                extra.update(stored=False, reclaimed=False)
+                return CreateOutcome(
+                    error=_err(ProviderAmbiguous, message + "; not stored", extra, cause)
+                )
+            pod, read_error = None, exc
+        except TRANSPORT_ERRORS as exc:
+            pod, read_error = None, exc
+        if pod is None:  # cannot tell: own it by name and nonce until a read settles it
+            extra.update(
+                stored=None, reclaimed=False, pending_delete=True, read_error=describe(read_error)
+            )
+            pending = PendingDelete(spec.name, "", spec.nonce, last_error=describe(read_error))
+            return CreateOutcome(
+                error=_err(ProviderAmbiguous, message + "; read-back failed", extra, cause),
+                pending=pending,
+            )
+        if (pod.metadata.annotations or {}).get(L.NONCE_ANNOTATION) != spec.nonce:
+            extra.update(stored=False, reclaimed=False, held_by_other=pod.metadata.uid)
+            return CreateOutcome(
+                error=_err(
+                    ProviderAmbiguous, message + "; the name is another workload's", extra, cause
+                )
+            )
+        uid = pod.metadata.uid
+        extra.update(stored=True, uid=uid)
+        try:
+            self._delete_sync(spec.name, uid)
+        except Unconfirmed as exc:
+            extra.update(reclaimed=False, pending_delete=True)
+            pending = PendingDelete(spec.name, uid, spec.nonce, last_error=str(exc))
+            return CreateOutcome(
+                error=_err(ProviderAmbiguous, message + "; delete pending", extra, cause),
+                pending=pending,
+            )
+        extra.update(reclaimed=True)
+        return CreateOutcome(
+            error=_err(ProviderAmbiguous, message + "; stored pod deleted", extra, cause),
+            deleted=(spec.name, uid),
+        )
