@@ -3,7 +3,10 @@
 Every step is idempotent and returns counts (the sweep also records them in
 ``last_sweep``). The sweep deletes backend sandboxes carrying Sandman's label that no
 record owns; a record owns a name from before its create is sent until the backend
-confirms the delete, so the sweep can never race a create of ours. Best-effort hooks
+confirms the delete, so the sweep can never race a create of ours. It also deletes
+per-job anchors (Kubernetes) whose job is drained or unknown: a job row exists before its
+first anchor is created and is marked drained only after its anchor is deleted, so an
+anchor listed before the database is read belongs to a live job or to none. Best-effort hooks
 into ``incidents`` are called only if that app provides them.
 """
 
@@ -17,6 +20,7 @@ from sandboxes import events
 from sandboxes.controller import queries
 from sandboxes.controller.runtime import JobRuntime
 from sandboxes.services import job_mark_drained, pending_delete_for_unknown
+from sandman_site.errors import ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +141,40 @@ class MaintenanceMixin:
             "names": [o.name for o in ownerless],
             "at": now.isoformat(),
         }
+        report.update(await self._sweep_anchors())
         self.last_sweep = report
         if ownerless:
             await self._db(_report_ownerless, names=report["names"], now=now)
         await self._db(_run_detectors, now=now)
         return report
+
+    async def _sweep_anchors(self) -> dict[str, int]:
+        """Delete anchors whose job is drained or unknown to the database; return counts."""
+        counts = dict.fromkeys(
+            ("anchors_listed", "anchors_stale", "anchors_deleted", "anchors_failed"), 0
+        )
+        list_anchors = getattr(self.provider, "list_anchors", None)
+        if list_anchors is None:  # a backend without anchors (local)
+            return counts
+        try:
+            job_ids = await list_anchors()  # listed BEFORE reading the database
+        except ProviderError:
+            log.warning("sweep: anchors could not be listed", exc_info=True)
+            counts["anchors_failed"] = 1
+            return counts
+        live = await self._db(queries.jobs_not_drained, job_ids=job_ids)
+        stale = [job_id for job_id in job_ids if job_id not in live]
+        counts.update(anchors_listed=len(job_ids), anchors_stale=len(stale))
+        for job_id in stale:
+            log.warning("sweep: the anchor of job %s outlived it", job_id)
+            try:
+                await self.provider.delete_anchor(job_id)
+            except ProviderError:
+                log.warning("sweep: anchor of job %s not deleted", job_id, exc_info=True)
+                counts["anchors_failed"] += 1
+            else:
+                counts["anchors_deleted"] += 1
+        return counts
 
 
 def _report_ownerless(*, names: list[str], now: Any) -> None:

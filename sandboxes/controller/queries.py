@@ -14,7 +14,7 @@ from django.db.models import Min
 
 from sandboxes.models import Job, PendingDelete, Sandbox
 from sandboxes.services.deletes import DeleteOrder
-from sandboxes.states import SandboxState
+from sandboxes.states import JobState, SandboxState
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,15 @@ def names_with_rows(*, names: list[str], since: dt.datetime) -> set[str]:
             .values_list("name", flat=True)
         )
     return owned
+
+
+def jobs_not_drained(*, job_ids: list[int]) -> set[int]:
+    """Of ``job_ids``, those the database knows and has not marked drained."""
+    return set(
+        Job.objects.filter(pk__in=job_ids)
+        .exclude(state=JobState.DRAINED)
+        .values_list("pk", flat=True)
+    )
 
 
 def expired_in_use(*, now: dt.datetime, backend: str) -> list[SandboxRow]:

@@ -137,6 +137,9 @@ class TaskMixin:
         inner = asyncio.ensure_future(awaitable)
         self._inner.add(inner)
         inner.add_done_callback(self._inner.discard)
+        # At shutdown the awaiting task leaves before the call ends; retrieve its outcome
+        # here so asyncio does not log "Task exception was never retrieved".
+        inner.add_done_callback(_retrieve_outcome)
         cancelled = False
         while True:
             try:
@@ -159,3 +162,11 @@ class TaskMixin:
                 raise
             except Exception:
                 log.exception("periodic controller work %s failed", work.__name__)
+
+
+def _retrieve_outcome(future: asyncio.Future[Any]) -> None:
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None:
+        log.debug("a settled backend call failed after its caller left", exc_info=exc)

@@ -10,6 +10,7 @@ Rules a reader must not break (paper §4.4, Appendix F, Table 2 row 3):
 * Owners: a job's pods name the trainer pod when it lives in the sandbox namespace, else
   the job's anchor ConfigMap (created on the job's first create, deleted at drain). A
   cross-namespace owner would make the garbage collector delete the pod at once.
+  ``list_anchors`` lets the controller's sweep delete anchors a drain left behind.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import Handle, OwnerRef
-from sandboxes.providers.k8s_manifest import TRANSPORT_ERRORS, describe
+from sandboxes.providers.k8s_manifest import SELECTOR, TRANSPORT_ERRORS, describe
 from sandman_site.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -243,6 +244,31 @@ class DeleteMixin:
             # Another namespace (or gone): naming it would get every pod collected at once.
             log.info("trainer pod %s is not in %s: job %s uses an anchor", trainer.name, ns, job_id)
         return await self.ensure_anchor(job_id)
+
+    async def list_anchors(self) -> list[int]:
+        """Job ids of every anchor ConfigMap carrying Sandman's managed-by label.
+
+        Only a ConfigMap named as :meth:`anchor_name` names for its job label counts: the
+        sweep deletes by that name, never another object that happens to carry the label.
+        """
+        self._ensure_started()
+        ns, timeout = self.config.namespace, self.config.request_timeout_s
+        try:
+            found = await self._in_thread(
+                "list",
+                "",
+                lambda: self.core.list_namespaced_config_map(
+                    ns, label_selector=SELECTOR, _request_timeout=timeout
+                ),
+            )
+        except (ApiException, *TRANSPORT_ERRORS) as exc:
+            raise ProviderError(f"listing Sandman's anchors failed: {describe(exc)}") from exc
+        job_ids = []
+        for item in found.items:
+            job = (item.metadata.labels or {}).get(L.JOB, "")
+            if job.isdigit() and item.metadata.name == self.anchor_name(int(job)):
+                job_ids.append(int(job))
+        return sorted(job_ids)
 
     async def delete_anchor(self, job_id: int) -> None:
         """Delete the job's anchor; the garbage collector then deletes every pod it owns."""

@@ -10,6 +10,9 @@ leaks into the sandbox's commands) on loopback; its first stdout line
 Invariants (MACHINE-NOTES: orphans become zombies here): every execd is a direct child,
 stopped with SIGTERM then SIGKILL and always ``wait()``ed; ``stop_all`` runs on server
 shutdown; stdout is drained continuously so a chatty execd never blocks on a full pipe.
+A process is tracked from the moment it is spawned (``_booting`` until its ``listening on``
+line is read, then ``_running``), so a start that is cancelled or a ``stop_all`` that comes
+while it boots still reaps it.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class ExecdRunner:
         self._owns_base = base_dir is None
         self.startup_timeout_s = startup_timeout_s
         self._running: dict[str, _Running] = {}
+        self._booting: dict[str, asyncio.subprocess.Process] = {}
         self.started_total = 0
 
     def _base_dir(self) -> Path:
@@ -107,11 +111,14 @@ class ExecdRunner:
             )
         finally:
             stderr.close()
-        assert proc.stdout is not None
+        self._booting[key] = proc
         try:
-            line = await asyncio.wait_for(proc.stdout.readline(), self.startup_timeout_s)
-        except TimeoutError:
-            line = b""
+            line = await self._first_line(proc)
+        except BaseException:  # cancelled mid-boot (cluster stopping): reap it, then re-raise
+            await _stop_process(proc)
+            raise
+        finally:
+            self._booting.pop(key, None)
         match = _LISTENING.search(line)
         if match is None:
             await _stop_process(proc)
@@ -122,6 +129,13 @@ class ExecdRunner:
         self._running[key] = _Running(proc, directory, port, drain)
         self.started_total += 1
         return port
+
+    async def _first_line(self, proc: asyncio.subprocess.Process) -> bytes:
+        assert proc.stdout is not None
+        try:
+            return await asyncio.wait_for(proc.stdout.readline(), self.startup_timeout_s)
+        except TimeoutError:
+            return b""
 
     async def stop(self, key: str) -> None:
         running = self._running.get(key)
@@ -136,7 +150,8 @@ class ExecdRunner:
         shutil.rmtree(running.directory, ignore_errors=True)
 
     async def stop_all(self) -> None:
-        await asyncio.gather(*(self.stop(key) for key in list(self._running)))
+        booting = [_stop_process(proc) for proc in list(self._booting.values())]
+        await asyncio.gather(*booting, *(self.stop(key) for key in list(self._running)))
         if self._owns_base and self._base is not None:
             shutil.rmtree(self._base, ignore_errors=True)
             self._base = None

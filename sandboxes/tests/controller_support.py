@@ -13,6 +13,7 @@ import asyncio
 import datetime as dt
 import secrets
 import threading
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,29 @@ class GatedProvider(LocalProvider):
         self.reached.set()
         await asyncio.to_thread(self.gate.wait)
         return await super().wait_ready(handle, budget_s)
+
+
+class OutlivedProvider(LocalProvider):
+    """Readiness fails only once the task that asked for it has ended (cancelled at stop).
+
+    ``wait_ready`` is called in the awaiting task, so it can name that task; the returned
+    coroutine runs in the controller's inner future and ends with an error the caller is
+    no longer there to receive -- the shape of a readiness wait cut off by shutdown.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reached = threading.Event()
+
+    def wait_ready(self, handle: Handle, budget_s: float) -> Coroutine[Any, Any, ReadyInfo]:
+        caller = asyncio.current_task()
+        assert caller is not None
+        return self._fail_after(caller, handle)
+
+    async def _fail_after(self, caller: asyncio.Task[Any], handle: Handle) -> ReadyInfo:
+        self.reached.set()
+        await asyncio.wait({caller})
+        raise ProviderError(f"readiness of {handle.name} abandoned: its caller left")
 
 
 class SurvivingProvider(LocalProvider):

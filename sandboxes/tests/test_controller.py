@@ -8,6 +8,8 @@ never by sleeping.
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ from sandboxes.tests.controller_support import (
     IMAGE,
     SPEC,
     GatedProvider,
+    OutlivedProvider,
     acquire_args,
     execd,
     kinds,
@@ -35,6 +38,7 @@ from sandboxes.tests.controller_support import (
 from sandman_site.errors import (
     AcquireTimeout,
     AlreadyReleased,
+    ControllerUnavailable,
     JobNotActive,
     PoolCapReached,
     UnknownImage,
@@ -167,6 +171,28 @@ def test_acquire_timeout_keeps_the_late_create_and_it_becomes_warm(make_controll
     again = controller.acquire(**acquire_args(job))
     assert (again.source, again.sandbox_id) == ("warm", late.pk)
     assert Sandbox.objects.filter(job=job).count() == 1  # no second create
+
+
+def test_stop_with_a_create_in_flight_leaves_no_unretrieved_task_exception(
+    make_controller, sandbox_root, caplog
+):
+    """The readiness wait outlives its caller at stop and then fails; nothing is left for
+    asyncio to report as "Task exception was never retrieved" when it is collected."""
+    provider = local_provider(sandbox_root, cls=OutlivedProvider)
+    controller = make_controller(provider=provider)
+    job = make_job()
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    caplog.set_level(logging.DEBUG, logger="sandboxes.controller.tasks")
+    with ThreadPoolExecutor(max_workers=1) as caller:
+        acquiring = caller.submit(controller.acquire, **acquire_args(job))
+        assert provider.reached.wait(60), "the create never reached readiness"
+        controller.stop()
+        with pytest.raises(ControllerUnavailable):
+            acquiring.result(60)
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+    abandoned = [r for r in caplog.records if r.name == "sandboxes.controller.tasks"]
+    assert abandoned and "caller left" in str(abandoned[0].exc_info[1])
 
 
 def test_drain_deletes_warm_in_use_and_creating_sandboxes_then_the_job_is_drained(

@@ -32,6 +32,7 @@ from sandboxes.tests.controller_support import (
 )
 from sandboxes.tests.ownership import backends
 from sandboxes.tests.ownership.support import NS, pod_container
+from sandboxes.tests.standin.conftest import core_for
 from sandman_site.errors import AcquireTimeout, JobNotActive, PoolCapReached
 
 backend = backends.backend  # the fixture: [local] and [kubernetes]
@@ -305,6 +306,46 @@ def test_pods_name_the_jobs_anchor_created_once_and_deleted_after_the_drain(back
     wait_until(lambda: Job.objects.get(pk=job.pk).state == "drained", what="the job drained")
     assert not backend.anchor_exists(job.pk)
     assert backend.cluster.pods(NS) == []
+
+
+@pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
+def test_the_sweep_deletes_anchors_of_drained_and_unknown_jobs_and_spares_live_ones(backend):
+    controller = backend.controller()
+    live = make_job()
+    controller.acquire(**acquire_args(live))  # its first create makes its anchor
+    drained = make_job()
+    controller.drain(job_id=drained.pk)
+    wait_until(lambda: Job.objects.get(pk=drained.pk).state == "drained", what="drained")
+    unknown = Job.objects.order_by("-pk").first().pk + 1000
+    labels = {L.MANAGED_BY: L.VALUE_MANAGED_BY}
+    core = core_for(backend.cluster)
+    try:
+        for job_id in (drained.pk, unknown):  # left behind, as by a delete that never landed
+            core.create_namespaced_config_map(
+                NS,
+                {
+                    "metadata": {
+                        "name": f"sandman-job-{job_id}",
+                        "labels": {**labels, L.JOB: str(job_id)},
+                    }
+                },
+            )
+        core.create_namespaced_config_map(NS, {"metadata": {"name": "someone-elses"}})
+    finally:
+        core.api_client.close()
+
+    report = controller.sweep()
+    assert {k: v for k, v in report.items() if k.startswith("anchors_")} == {
+        "anchors_listed": 3,
+        "anchors_stale": 2,
+        "anchors_deleted": 2,
+        "anchors_failed": 0,
+    }
+    assert backend.anchor_exists(live.pk)
+    assert not backend.anchor_exists(drained.pk) and not backend.anchor_exists(unknown)
+    assert "someone-elses" in {c["metadata"]["name"] for c in backend.cluster.configmaps(NS)}
+    again = controller.sweep()  # idempotent
+    assert (again["anchors_listed"], again["anchors_stale"], again["anchors_deleted"]) == (1, 0, 0)
 
 
 @pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
