@@ -55,6 +55,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--token-file", required=True, help="file holding the bearer token")
     p.add_argument(
+        "--unlink-token-file",
+        action="store_true",
+        help="remove the token file once read, so commands of the same user cannot read it",
+    )
+    p.add_argument(
         "--workspace",
         required=True,
         help="the shell's start directory; relative paths in requests resolve against it",
@@ -107,6 +112,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         token = f.read().strip()
     if not token:
         p.error("the token file is empty")
+    if a.unlink_token_file:
+        os.unlink(a.token_file)
     workspace = os.path.abspath(a.workspace)
     if not os.path.isdir(workspace):
         p.error("the workspace %s is not a directory" % workspace)

@@ -3,6 +3,7 @@ input with the shell's state untouched, keep-alive, 409 while busy."""
 
 import os
 import threading
+from typing import Callable
 
 import pytest
 
@@ -191,3 +192,19 @@ def test_http_10_closes_after_the_answer_and_expect_100_is_honoured(execd: Execd
     )
     assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK")
     assert b"continued" in answer
+
+
+def test_unlink_token_file_removes_the_file_commands_could_otherwise_read(
+    start_execd: Callable[..., Execd],
+) -> None:
+    """With --unlink-token-file (the Kubernetes boot command) the 0600 token file is gone
+    once execd listens, so a command running as execd's own user cannot read it."""
+    d = start_execd("--unlink-token-file")
+    token_file = os.path.join(os.path.dirname(d.run_dir), "token")
+    assert not os.path.exists(token_file)
+    c = Client(d.port)
+    try:
+        assert c.exec("echo ok")["output"] == "ok\n"
+        assert TOKEN not in c.exec("cat %s 2>&1; true" % token_file)["output"]
+    finally:
+        c.close()

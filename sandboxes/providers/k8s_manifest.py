@@ -104,13 +104,13 @@ def execd_launcher(carrier_path: str) -> str:
 
 
 def boot_command(config: KubernetesConfig) -> str:
-    """The main container's shell: token env -> 0600 file, scrub, exec execd."""
+    """The main container's shell: token env -> 0600 file, scrub, exec execd (which unlinks it)."""
     token = f"{config.token_dir}/token"
     launcher = shlex.quote(execd_launcher(config.carrier_path))
     return (
         f'umask 077 && printf %s "${L.EXECD_TOKEN_ENV}" > {token} && unset {L.EXECD_TOKEN_ENV} && '
         f"exec python3 -I -c {launcher} --port {config.execd_port} "
-        f"--token-file {token} --workspace {config.workspace}"
+        f"--token-file {token} --unlink-token-file --workspace {config.workspace}"
     )
 
 
