@@ -200,6 +200,14 @@ class Controller(
             task.cancel()
         if everything:
             await asyncio.wait(everything, timeout=30)
+        # Cancelled work may have spawned its own bookkeeping (e.g. recording a cancelled
+        # acquisition): let it finish rather than destroy it pending, then cancel stragglers.
+        late = [t for t in (*self._calls, *self._tasks) if not t.done()]
+        if late:
+            await asyncio.wait(late, timeout=10)
+            for task in late:
+                task.cancel()
+            await asyncio.wait(late, timeout=5)
         # Backend calls already sent finish (or time out) before the provider closes.
         inner = [f for f in self._inner if not f.done()]
         if inner:
