@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Django's command-line entry point for Sandman."""
+
 import os
 import sys
 

@@ -136,7 +136,10 @@ class Acquisition(models.Model):
         Sandbox, on_delete=models.SET_NULL, null=True, blank=True, related_name="acquisitions"
     )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
         related_name="+",
     )
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.ROLLOUT)

@@ -43,8 +43,6 @@ def build_application(*, serve_static: bool) -> ProtocolTypeRouter:
     )
 
 
-application = build_application(
-    serve_static=bool(getattr(settings, "SANDMAN_SERVE_STATIC", True))
-)
+application = build_application(serve_static=bool(getattr(settings, "SANDMAN_SERVE_STATIC", True)))
 
 start_controller_once()

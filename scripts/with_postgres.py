@@ -90,8 +90,18 @@ def main() -> int:
     try:
         run_as(
             args.user,
-            [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-             "-E", "UTF8", "--no-sync"],
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
             stdout=subprocess.DEVNULL,
         )
         popen_kwargs: dict[str, object] = {}
@@ -100,11 +110,28 @@ def main() -> int:
             popen_kwargs = {"user": entry.pw_uid, "group": entry.pw_gid}
         log = open(root / "postgres.log", "wb")  # noqa: SIM115 - closed in finally via server
         server = subprocess.Popen(
-            [str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(root),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-             "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=300"],
-            stdout=log, stderr=subprocess.STDOUT, **popen_kwargs,
+            [
+                str(bin_dir / "postgres"),
+                "-D",
+                str(data),
+                "-p",
+                str(port),
+                "-k",
+                str(root),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=300",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            **popen_kwargs,
         )
         wait_ready(bin_dir, root, port, server)
         env = dict(os.environ)

@@ -153,7 +153,8 @@ SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)
 SANDMAN_CLUSTER_CREATE_BURST = env_int("SANDMAN_CLUSTER_CREATE_BURST", 100)
 # Start the controller (pool, reconciliation, sweeps) inside this process.
 SANDMAN_CONTROLLER_AUTOSTART = env_bool("SANDMAN_CONTROLLER_AUTOSTART", True)
-# Serve static files (Plotly, dashboard JS) from the ASGI app itself; off behind a CDN-less proxy that serves STATIC_ROOT.
+# Serve static files (Plotly, dashboard JS) from the ASGI app itself; turn off when a
+# reverse proxy serves STATIC_ROOT.
 SANDMAN_SERVE_STATIC = env_bool("SANDMAN_SERVE_STATIC", True)
 SANDMAN_SWEEP_INTERVAL_S = env_float("SANDMAN_SWEEP_INTERVAL_S", 30.0)
 # Local backend isolation: "auto" uses bubblewrap where it works, "off" never, "require" fails.
