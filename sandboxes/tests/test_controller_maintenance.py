@@ -97,3 +97,11 @@ def test_the_sweep_deletes_an_ownerless_sandbox_reports_counts_and_spares_owned_
 
     again = controller.sweep()  # idempotent
     assert (again["listed"], again["ownerless"], again["deleted"]) == (1, 0, 0)
+
+    # The sweep's finding reached the incidents app as one draft, opened once.
+    from incidents.models import Incident, OwnerlessPod
+
+    drafts = Incident.objects.filter(title__startswith="Ownerless pods found by the sweep")
+    assert drafts.count() == 1
+    assert drafts.get().status == "open"
+    assert list(OwnerlessPod.objects.values_list("name", flat=True)) == [stray]
