@@ -23,6 +23,8 @@
   var body = document.body;
   var minutes = body.getAttribute("data-minutes") || "60";
   var bucketS = parseInt(body.getAttribute("data-bucket-s") || "60", 10);
+  // Pages other than the overview (/operations/) name their data endpoints here.
+  var dataUrl = body.getAttribute("data-data-url") || "/dashboard/data/";
   var statusNode = document.getElementById("live-status");
   var updatedNode = document.getElementById("updated-at");
 
@@ -104,7 +106,7 @@
       return;
     }
     chart.busy = true;
-    var url = "/dashboard/data/" + encodeURIComponent(name) + ".json?minutes=" + encodeURIComponent(minutes);
+    var url = dataUrl + encodeURIComponent(name) + ".json?minutes=" + encodeURIComponent(minutes);
     fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
       .then(function (response) {
         if (!response.ok) { throw new Error(name + ": HTTP " + response.status); }
@@ -136,6 +138,14 @@
     Object.keys(charts).forEach(function (name) { refresh(name, reason); });
   }
 
+  // Charts that declare the event kinds they follow (data-refresh-on="kind kind ...").
+  function declaredFor(kind) {
+    var nodes = document.querySelectorAll(".chart[data-refresh-on]");
+    return Array.prototype.filter.call(nodes, function (node) {
+      return node.getAttribute("data-refresh-on").split(" ").indexOf(kind) >= 0;
+    }).map(function (node) { return node.getAttribute("data-chart"); });
+  }
+
   // Which charts an event changes (kinds and payloads: sandboxes/live.py).
   function chartsFor(kind, payload) {
     payload = payload || {};
@@ -159,7 +169,8 @@
     stats.lastEvents.push(message);
     if (stats.lastEvents.length > 50) { stats.lastEvents.shift(); }
     var reason = "event:" + message.kind;
-    chartsFor(message.kind, message.payload).forEach(function (name) { refresh(name, reason); });
+    chartsFor(message.kind, message.payload).concat(declaredFor(message.kind))
+      .forEach(function (name) { refresh(name, reason); });
   }
 
   var backoffMs = 1000;
