@@ -23,7 +23,8 @@ from django.shortcuts import render
 
 from sandboxes import operations_figures as figures
 from sandboxes import operations_selectors as sel
-from sandboxes.dashboard_rows import Window, table
+from sandboxes import pages
+from sandboxes.dashboard_rows import Window
 from sandboxes.operations_rows import (
     AddressFailureRow,
     IncidentClassHours,
@@ -31,7 +32,7 @@ from sandboxes.operations_rows import (
     address_failure_table,
 )
 from sandboxes.pages import WINDOW_CHOICES, Chart, _error, _get_only, _staff_json, _window
-from sandman_site.errors import NotFound, SandmanError
+from sandman_site.errors import SandmanError
 
 DATA_URL = "/operations/data/"
 
@@ -85,23 +86,7 @@ CHARTS: dict[str, OperationsChart] = {
 
 
 def chart_payload(name: str, window: Window) -> dict[str, Any]:
-    chart = CHARTS.get(name)
-    if chart is None:
-        raise NotFound(f"No chart named {name[:60]!r}; known: {', '.join(CHARTS)}.")
-    figure, columns, rows = chart.build(window)
-    return {
-        "chart": name,
-        "title": chart.title,
-        "window": {
-            "since": window.since,
-            "until": window.until,
-            "bucket_s": window.bucket_s,
-            "minutes": window.minutes,
-        },
-        "figure": figure,
-        "columns": list(columns),
-        "rows": table(rows, columns),
-    }
+    return pages.chart_payload(name, window, CHARTS)
 
 
 @_get_only

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any
@@ -191,10 +191,14 @@ def parse_minutes(raw: str | None) -> int:
     return minutes
 
 
-def chart_payload(name: str, window: Window) -> dict[str, Any]:
-    chart = CHARTS.get(name)
+def chart_payload(
+    name: str, window: Window, charts: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """One chart's figure and data table; ``charts`` is the page's chart table (default: ours)."""
+    charts = CHARTS if charts is None else charts
+    chart = charts.get(name)
     if chart is None:
-        raise NotFound(f"No chart named {name[:60]!r}; known: {', '.join(CHARTS)}.")
+        raise NotFound(f"No chart named {name[:60]!r}; known: {', '.join(charts)}.")
     figure, columns, rows = chart.build(window)
     return {
         "chart": name,
