@@ -11,8 +11,6 @@ event kinds that change it.
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,12 +114,4 @@ def chart_json(request: HttpRequest, chart: str) -> HttpResponse:
 @_staff_json
 def chart_csv(request: HttpRequest, chart: str) -> HttpResponse:
     window = _window(request)
-    payload = chart_payload(chart, window)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(payload["columns"])
-    writer.writerows(["" if cell is None else cell for cell in row] for row in payload["rows"])
-    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
-    stamp = window.until.strftime("%Y%m%dT%H%M%SZ")
-    response["Content-Disposition"] = f'attachment; filename="sandman-{chart}-{stamp}.csv"'
-    return response
+    return pages.csv_response(chart_payload(chart, window), chart, window)

@@ -252,7 +252,11 @@ def chart_json(request: HttpRequest, chart: str) -> HttpResponse:
 @_staff_json
 def chart_csv(request: HttpRequest, chart: str) -> HttpResponse:
     window = _window(request)
-    payload = chart_payload(chart, window)
+    return csv_response(chart_payload(chart, window), chart, window)
+
+
+def csv_response(payload: dict[str, Any], chart: str, window: Window) -> HttpResponse:
+    """A chart's data table as a CSV download (empty cells for missing values)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(payload["columns"])
