@@ -95,13 +95,15 @@ def operations(request: HttpRequest) -> HttpResponse:
     except SandmanError as exc:
         return _error(exc)
     context = {
+        "page_title": "operations",
+        "heading": "Operations, live",
         "charts": [(name, chart, " ".join(chart.refresh_on)) for name, chart in CHARTS.items()],
         "payloads": {name: chart_payload(name, window) for name in CHARTS},
         "window": window,
         "window_choices": WINDOW_CHOICES,
         "data_url": DATA_URL,
     }
-    return render(request, "sandboxes/operations.html", context)
+    return render(request, "sandboxes/charts_page.html", context)
 
 
 @_get_only

@@ -233,12 +233,16 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         return _error(exc)
     payloads = {name: chart_payload(name, window) for name in CHARTS}
     context = {
-        "charts": [(name, chart) for name, chart in CHARTS.items()],
+        "page_title": "live",
+        "heading": "Sandboxes, live",
+        # The overview's charts refresh on the page script's own event map (no refresh_on).
+        "charts": [(name, chart, "") for name, chart in CHARTS.items()],
         "payloads": payloads,
         "window": window,
         "window_choices": WINDOW_CHOICES,
+        "data_url": "/dashboard/data/",
     }
-    return render(request, "sandboxes/dashboard.html", context)
+    return render(request, "sandboxes/charts_page.html", context)
 
 
 @_get_only
