@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from incidents import rules, selectors
 from incidents.exports import incidents_csv
 from incidents.models import TEXT_FIELDS, Incident, OwnerlessPod
-from incidents.states import INCIDENT_COLOURS, transition_allowed
+from incidents.states import INCIDENT_COLOURS, IncidentStatus, transition_allowed
 
 
 class RootCauseClassFilter(admin.SimpleListFilter):
@@ -174,7 +174,7 @@ class IncidentAdmin(admin.ModelAdmin):
     def status_badge(self, obj: Incident) -> str:
         return format_html(
             '<span style="color:{};font-weight:bold">{}</span>',
-            INCIDENT_COLOURS.get(obj.status, "#000"),
+            INCIDENT_COLOURS.get(IncidentStatus(obj.status), "#000"),
             obj.get_status_display(),
         )
 
@@ -190,7 +190,7 @@ class IncidentAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Incident, form: Any, change: bool) -> None:
         now = timezone.now()
         if not change:
-            obj.recorded_by = request.user
+            obj.recorded_by = request.user  # type: ignore[assignment]  # staff-only admin: a User
             obj.recorded_at = now
             obj.status_changed_at = now
         elif "status" in form.changed_data:

@@ -139,7 +139,8 @@ class _GpuHoursSerializer(serializers.Serializer):
 class _ClassRowSerializer(serializers.Serializer):
     path = serializers.CharField()
     root_cause_class = serializers.CharField(source="key")
-    label = serializers.CharField()
+    # "label" is a wire field name; DRF's stubs type Field.label as a string attribute.
+    label = serializers.CharField()  # type: ignore[assignment]
     bounds = _GpuHoursSerializer()
 
     class Meta:

@@ -41,7 +41,7 @@ TEXT_FIELDS = (
 )
 
 
-class IncidentManager(models.Manager):
+class IncidentManager(models.Manager["Incident"]):
     def get_by_natural_key(self, uid: str) -> Incident:
         return self.get(uid=uid)
 

@@ -87,7 +87,7 @@ def text_search_q(term: str) -> Q:
     return query
 
 
-def with_overlap(qs: QuerySet[Incident]) -> QuerySet[Incident]:
+def with_overlap(qs: QuerySet[Incident]) -> QuerySet[Any]:
     """Annotate ``overlaps_with``: the earliest earlier-recorded incident with a GPU-hour
     account that shares a job with this one (null when none, or without an account)."""
     earlier = (
@@ -132,7 +132,8 @@ class Accounting:
     by_class: list[ClassRow]
     by_workload: list[WorkloadRow]
     totals: dict[str, Bounds]  # "sandbox", "outside", "all"
-    cases: list[Incident] = field(default_factory=list)  # annotated, incl. flagged
+    # Incidents annotated with ``overlaps_with`` and ``path`` (flagged ones included).
+    cases: list[Any] = field(default_factory=list)
 
 
 def _path_expr() -> Case:
@@ -187,7 +188,7 @@ def accounting() -> Accounting:
     return Accounting(by_class=class_rows, by_workload=workload_rows, totals=totals, cases=cases)
 
 
-def accounting_flagged(acc: Accounting) -> list[Incident]:
+def accounting_flagged(acc: Accounting) -> list[Any]:
     return [case for case in acc.cases if case.overlaps_with is not None]
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
 from incidents.models import Incident, OwnerlessPod
 from incidents.records import to_model_fields
@@ -51,11 +51,13 @@ def _clean(incident: Incident, *, prefix: str = "") -> None:
         raise InvalidInput(f"{prefix}{sentence}", extra={"fields": fields}) from exc
 
 
-def _resolve(model: type, ids: Iterable[int] | None, *, what: str, prefix: str = "") -> list:
+def _resolve(
+    model: type[models.Model], ids: Iterable[int] | None, *, what: str, prefix: str = ""
+) -> list:
     if ids is None:
         return []
     wanted = sorted(set(ids))
-    found = list(model.objects.filter(pk__in=wanted))
+    found = list(model._default_manager.filter(pk__in=wanted))
     missing = sorted(set(wanted) - {obj.pk for obj in found})
     if missing:
         raise InvalidInput(f"{prefix}unknown {what} ids {missing}.", extra={what: missing})
@@ -302,8 +304,8 @@ def _import_one(
         incident = Incident(uid=uid) if uid else Incident()
     for name, value in to_model_fields(data).items():
         setattr(incident, name, value)
-    name = data.get("recorded_by")
-    incident.recorded_by = users.get(name) if name else (importer if is_new else None)
+    recorder = data.get("recorded_by")
+    incident.recorded_by = users.get(recorder) if recorder else (importer if is_new else None)
     incident.recorded_at = data.get("recorded_at") or incident.recorded_at or now
     incident.status_changed_at = data.get("status_changed_at") or incident.status_changed_at or now
     jobs = _resolve(Job, data.get("jobs", []), what="job", prefix=prefix)

@@ -42,10 +42,10 @@ def _sentence(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, SandmanError):
-        body = {"error": exc.code, "detail": exc.message}
+        error: dict[str, Any] = {"error": exc.code, "detail": exc.message}
         if exc.extra:
-            body["extra"] = exc.extra
-        return Response(body, status=exc.status)
+            error["extra"] = exc.extra
+        return Response(error, status=exc.status)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

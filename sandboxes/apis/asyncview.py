@@ -37,7 +37,10 @@ from sandboxes.apis.common import JsonApiView
 class AsyncJsonApiView(JsonApiView):
     """A JSON APIView whose ``post``/``get`` are ``async def``."""
 
-    async def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+    # An async dispatch: Django awaits it because the view is marked async (see as_view).
+    async def dispatch(  # type: ignore[override]
+        self, request: Any, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
         self.args = args
         self.kwargs = kwargs
         request = self.initialize_request(request, *args, **kwargs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import models
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -36,7 +37,9 @@ from sandboxes.states import Egress, Role, SandboxSource
 
 
 def _default(field: str) -> Any:
-    return Job._meta.get_field(field).default
+    model_field = Job._meta.get_field(field)
+    assert isinstance(model_field, models.Field)
+    return model_field.default
 
 
 # --- job create / list / get --------------------------------------------------------------
@@ -182,6 +185,7 @@ class JobListApi(JsonApiView):
         paginator = LimitOffsetPagination()
         qs = selectors.job_list_for_user(user=request.user).select_related("owner")
         page = paginator.paginate_queryset(qs, request, view=self)
+        assert page is not None  # REST_FRAMEWORK["PAGE_SIZE"] is set: always a page
         counts = selectors.job_counts_many(job_ids=[job.pk for job in page])
         out = JobListApi.OutputSerializer(page, many=True, context={"counts": counts})
         return paginator.get_paginated_response(out.data)
@@ -243,7 +247,8 @@ class JobAcquireApi(AsyncJsonApiView):
         name = serializers.CharField()
         address = serializers.CharField(help_text="host:port of execd (pod IP, never a Service)")
         token = serializers.CharField(help_text="Bearer token for execd; shown only here")
-        source = serializers.ChoiceField(choices=SandboxSource.choices)
+        # "source" is a wire field name (see sandboxes.py).
+        source = serializers.ChoiceField(choices=SandboxSource.choices)  # type: ignore[assignment]
         wait_ms = serializers.FloatField()
         queue_ms = serializers.FloatField()
 
@@ -289,7 +294,10 @@ class JobPrewarmApi(JsonApiView):
         class Meta:
             ref_name = "PrewarmInput"
 
-        keys = PrewarmKeySerializer(many=True, allow_empty=False, max_length=256)
+        # many=True builds a ListSerializer, which takes max_length; the stubs do not know.
+        keys = PrewarmKeySerializer(  # type: ignore[call-arg]
+            many=True, allow_empty=False, max_length=256
+        )
 
     @extend_schema(operation_id="job_prewarm", request=InputSerializer, responses={202: _ACCEPTED})
     def post(self, request: Request, job_id: int) -> Response:

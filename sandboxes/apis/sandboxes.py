@@ -7,7 +7,7 @@ the selectors defer the column and the output serializers do not declare it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -37,7 +37,10 @@ class SandboxOutputSerializer(serializers.Serializer):
     job = serializers.IntegerField(source="job_id")
     role = serializers.ChoiceField(choices=Role.choices)
     state = serializers.ChoiceField(choices=SandboxState.choices)
-    source = serializers.CharField(help_text="warm | reused | created, or empty before hand-out")
+    # "source" is a wire field name; DRF's stubs type Field.source as a string attribute.
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text="warm | reused | created, or empty before hand-out"
+    )
     backend = serializers.CharField()
     image = serializers.CharField()
     base_commit = serializers.CharField(allow_blank=True)
@@ -120,7 +123,7 @@ class SandboxDetailApi(JsonApiView):
 
         def get_events(self, sandbox: Sandbox) -> list[dict[str, Any]]:
             rows = selectors.sandbox_events(sandbox_id=sandbox.pk)
-            return SandboxEventSerializer(rows, many=True).data
+            return cast(list[dict[str, Any]], SandboxEventSerializer(rows, many=True).data)
 
     @extend_schema(operation_id="sandbox_get", responses={200: OutputSerializer})
     def get(self, request: Request, sandbox_id: int) -> Response:

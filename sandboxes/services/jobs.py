@@ -58,12 +58,14 @@ def _validate(
             isinstance(value, int) and not isinstance(value, bool) and low <= value <= 1_000_000,
             f"{field} must be an integer between {low} and 1000000",
         )
-    for field, value in (
+    for field, seconds in (
         ("warm.idle_timeout_s", idle_timeout_s),
         ("readiness_budget_s", readiness_budget_s),
         ("max_lifetime_s", max_lifetime_s),
     ):
-        _require(_finite(value) and 0 < value <= 7 * 86400, f"{field} must be between 0 and 604800")
+        _require(
+            _finite(seconds) and 0 < seconds <= 7 * 86400, f"{field} must be between 0 and 604800"
+        )
     _require(warm_per_key <= max_live, "warm.per_key cannot exceed caps.max_live")
     _require(egress in Egress.values, f"egress must be one of {', '.join(Egress.values)}")
 

@@ -30,7 +30,7 @@ from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
 from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound
 
 # The time field each state stamps when entered.
-_STATE_STAMP = {
+_STATE_STAMP: dict[str, str] = {
     SandboxState.READY: "ready_at",
     SandboxState.IN_USE: "acquired_at",
     SandboxState.RELEASED: "released_at",
@@ -106,6 +106,8 @@ def sandbox_request(
     """
     with transaction.atomic():
         if job is None:
+            if job_id is None:
+                raise NotFound("a sandbox request needs a job")
             job = Job.objects.filter(pk=job_id).only("pk", "egress").first()
             if job is None:
                 raise NotFound(f"job {job_id} does not exist")

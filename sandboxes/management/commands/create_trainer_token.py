@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
+from django.db import models, transaction
 from rest_framework.authtoken.models import Token
 
 
@@ -29,6 +29,7 @@ class Command(BaseCommand):
         username = options["username"].strip()
         User = get_user_model()
         field = User._meta.get_field(User.USERNAME_FIELD)
+        assert isinstance(field, models.Field)
         if not username:
             raise CommandError("the username must not be empty")
         try:

@@ -123,7 +123,7 @@ class Command(BaseCommand):
         parser.add_argument("--keep-job", action="store_true", help="do not drain at the end")
         parser.add_argument("--name", default="", help="job name (default demo-<time>)")
 
-    def handle(self, *args: Any, **opts: Any) -> str | None:
+    def handle(self, *args: Any, **opts: Any) -> None:
         rollouts, concurrency = opts["rollouts"], opts["concurrency"]
         if rollouts < 1 or concurrency < 1 or opts["prewarm"] < 0:
             raise CommandError("--rollouts and --concurrency must be >= 1, --prewarm >= 0")
@@ -147,7 +147,7 @@ class Command(BaseCommand):
             raise CommandError(f"Sandman answered {exc}") from exc
         finally:
             client.close()
-        return self._summary(job, results)
+        self._summary(job, results)
 
     def _run(
         self, job: Job, rollouts: int, concurrency: int, image: str, spec: dict[str, Any]
@@ -166,7 +166,7 @@ class Command(BaseCommand):
             list(pool.map(work, range(rollouts)))
         return results
 
-    def _summary(self, job: Job, results: list[RolloutResult]) -> str:
+    def _summary(self, job: Job, results: list[RolloutResult]) -> None:
         ok = [r for r in results if r.ok]
         sources = {s: sum(1 for r in ok if r.source == s) for s in ("warm", "reused", "created")}
         waits = [r.wait_ms for r in ok]
@@ -180,4 +180,3 @@ class Command(BaseCommand):
         self.stdout.write(line)
         if len(ok) != len(results):
             raise CommandError(f"{len(results) - len(ok)} of {len(results)} rollouts failed")
-        return None
