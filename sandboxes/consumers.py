@@ -1,14 +1,14 @@
 """Websocket consumers of the live dashboards.
 
 :class:`DashboardConsumer` serves ``/ws/dashboard/``: a staff user's page joins the group
-``sandboxes.live.GROUP`` and receives every ``dashboard.event`` as
-``{"kind": str, "payload": dict}`` (payload kinds are documented in ``sandboxes.live``).
+``sandman_site.live.GROUP`` and receives every ``dashboard.event`` as
+``{"kind": str, "payload": dict}`` (payload kinds are documented in ``sandman_site.live``).
 
 Invariants:
 * Only authenticated staff join (the pages require staff too); anyone else is closed
   with code 4403 before the handshake completes, so nothing is ever sent to them.
 * The consumer joins the group BEFORE it accepts: once the browser sees ``open``, no
-  later publish can miss it. Its loop is registered with ``sandboxes.live`` while it is
+  later publish can miss it. Its loop is registered with ``sandman_site.live`` while it is
   connected, so publishes from other threads are delivered on this loop.
 * The socket is push-only: anything the client sends is ignored.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from sandboxes import live
+from sandman_site import live
 
 CLOSE_FORBIDDEN = 4403
 

@@ -1,4 +1,4 @@
-"""The dashboard websocket and ``sandboxes.live.publish`` through the real in-memory layer.
+"""The dashboard websocket and ``sandman_site.live.publish`` through the real in-memory layer.
 
 A page is a ``WebsocketCommunicator`` on ``/ws/dashboard/`` (the app's own URL routes);
 publishers run where the real ones do: the consumer's loop, a plain worker thread, a
@@ -22,9 +22,9 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 from django.db import connections, transaction
 
-from sandboxes import live
 from sandboxes.consumers import CLOSE_FORBIDDEN
 from sandboxes.routing import websocket_urlpatterns
+from sandman_site import live
 
 STAFF = SimpleNamespace(is_authenticated=True, is_staff=True)
 TRAINER = SimpleNamespace(is_authenticated=True, is_staff=False)

@@ -21,10 +21,10 @@ from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 
-from sandboxes import live
 from sandboxes.models import Sandbox
 from sandboxes.operations_pages import CHARTS
 from sandboxes.tests.dashboard_factories import make_job, sandbox
+from sandman_site import live
 
 pytestmark = pytest.mark.browser
 

@@ -1,7 +1,12 @@
-"""Live push to the dashboards: services call ``publish`` after their transaction commits.
+"""Live push to the operator pages: services call ``publish`` after their transaction commits.
+
+A neutral module: the services of every app (``sandboxes.services``, ``incidents.services``)
+publish through it, and the websocket consumer that delivers (``dashboards.consumers``)
+registers its loop here, so no app's services import the dashboards app and the dashboards
+never import service internals. Keep it free of app imports (Django and Channels only).
 
 ``publish(kind, payload)`` sends one ``dashboard.event`` message to the Channels group
-``dashboard`` (:data:`GROUP`); :class:`sandboxes.consumers.DashboardConsumer` forwards it
+``dashboard`` (:data:`GROUP`); :class:`dashboards.consumers.DashboardConsumer` forwards it
 to every connected operator page as ``{"kind": ..., "payload": ...}``.
 
 Kinds the dashboard reads (``static/sandman/dashboard.js``; any other kind is forwarded and
@@ -51,6 +56,7 @@ import threading
 import time
 from typing import Any
 
+from channels.layers import get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 
@@ -151,8 +157,6 @@ def _warn(kind: str, exc: BaseException) -> None:
 
 
 async def _send(message: dict[str, Any]) -> None:
-    from channels.layers import get_channel_layer
-
     layer = get_channel_layer()
     if layer is not None:
         await layer.group_send(GROUP, message)
