@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 
@@ -37,6 +38,18 @@ def test_the_accounting_page_needs_a_login_and_shows_table_and_chart(staff_user:
     assert 'id="total-all">7,124–7,818</td>' in page
     assert 'id="total-outside">3,660</td>' in page
     assert 'id="flagged-note"' not in page  # the fixture links no jobs, so nothing overlaps
+
+
+def test_a_logged_in_user_who_is_not_staff_is_refused_the_accounting_and_its_csv() -> None:
+    """The operator pages' one rule: a trainer's login is not enough (it used to be)."""
+    call_command("loaddata", "paper_cases", verbosity=0)
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("trainer", password="pw"))
+    for address in ("/incidents/accounting/", "/incidents/accounting/csv/", "/incidents/"):
+        response = client.get(address)
+        assert response.status_code == 403, address
+        assert response.json()["error"] == "forbidden"
+        assert "7,124" not in response.content.decode()
 
 
 def test_the_incidents_index_lists_recorded_cases(staff_user: Any) -> None:
