@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import NotSupportedError, connection
 from django.db.models import (
@@ -34,6 +34,10 @@ from django.db.models import (
 
 from dashboards.stats import percentile_from_ranks
 
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models.sql.compiler import SQLCompiler
+
 _UNIX_EPOCH_JULIAN_DAY = 2440587.5
 _MS_PER_DAY = 86400000.0
 
@@ -43,13 +47,28 @@ class _VendorFunc(Func):
 
     templates: dict[str, str] = {}
 
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        template = self.templates.get(connection.vendor)
-        if template is None:
+    def as_sql(
+        self,
+        compiler: SQLCompiler,
+        connection: BaseDatabaseWrapper,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, Any]:
+        vendor_template = self.templates.get(connection.vendor)
+        if vendor_template is None:
             raise NotSupportedError(
                 f"{type(self).__name__} is not available on {connection.vendor}"
             )
-        return super().as_sql(compiler, connection, template=template, **extra)
+        return super().as_sql(
+            compiler,
+            connection,
+            function=function,
+            template=vendor_template,
+            arg_joiner=arg_joiner,
+            **extra_context,
+        )
 
 
 class EpochMs(_VendorFunc):
@@ -68,7 +87,15 @@ class DurationMs(_VendorFunc):
     output_field = FloatField()
     arity = 2
 
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+    def as_sql(
+        self,
+        compiler: SQLCompiler,
+        connection: BaseDatabaseWrapper,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, Any]:
         end_sql, end_params = compiler.compile(self.source_expressions[0])
         start_sql, start_params = compiler.compile(self.source_expressions[1])
         if connection.vendor == "postgresql":
@@ -126,8 +153,8 @@ class GroupPercentiles:
 def grouped_percentiles(
     qs: QuerySet,
     *,
-    group: Expression,
-    value: Expression,
+    group: Expression | F,
+    value: Expression | F,
     fractions: Sequence[float],
     method: str = "auto",
 ) -> list[GroupPercentiles]:

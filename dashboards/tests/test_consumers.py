@@ -159,4 +159,5 @@ async def test_with_no_page_connected_a_publish_still_completes_through_the_disp
     page = await _connected_page()
     await page.disconnect()
     sent = live.publish("job.state", {"job_id": 1, "state": "draining"})
-    assert await asyncio.wrap_future(sent) is None
+    await asyncio.wrap_future(sent)  # raises the publish's error, if any
+    assert sent.done() and sent.exception() is None

@@ -58,7 +58,12 @@ def test_the_accounting_page_draws_table_a49_bars_without_console_errors(live_se
 
             context.route("**/*", guard)
             page = context.new_page()
-            page.on("console", lambda m: m.type == "error" and problems.append(m.text))
+
+            def console(message: Any) -> None:
+                if message.type == "error":
+                    problems.append(message.text)
+
+            page.on("console", console)
             page.on("pageerror", lambda e: problems.append(str(e)))
             page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
 

@@ -7,6 +7,7 @@ p90 = 90.1 s, p99 = 99.01 s (rank (n-1)·f, interpolated between neighbours).
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from django.db import NotSupportedError, connection
@@ -26,11 +27,11 @@ WINDOW = window_ending(now=at(minutes=60), minutes=60)
 approx = pytest.approx
 
 
-def _ready_at(minute: int, second: int, after_ms: int, **fields: object) -> Sandbox:
+def _ready_at(minute: int, second: int, after_ms: int, **fields: Any) -> Sandbox:
     """A sandbox Ready at T0+minute:second, requested ``after_ms`` earlier."""
     ready = at(minutes=minute, seconds=second)
     return sandbox(
-        fields.pop("job"),  # type: ignore[arg-type]
+        fields.pop("job"),
         requested_at=ready - dt.timedelta(milliseconds=after_ms),
         ready_after_ms=after_ms,
         **fields,
@@ -206,7 +207,7 @@ def test_query_counts_do_not_grow_with_rows(django_assert_num_queries: object) -
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PERCENTILE_CONT is PostgreSQL's")
 def test_window_function_fallback_agrees_with_postgres_percentile_cont() -> None:
     _seed_ready_times()
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         group=epoch_bucket("ready_at", 60),
         value=DurationMs(F("ready_at"), F("requested_at")),
         fractions=(0.0, 0.25, 0.5, 0.9, 0.99, 1.0),
