@@ -11,6 +11,7 @@ COPY sandman_site sandman_site
 COPY sandboxes sandboxes
 COPY grading grading
 COPY incidents incidents
+COPY dashboards dashboards
 COPY execd execd
 COPY templates templates
 COPY static static

@@ -53,11 +53,6 @@ def incident_list(*, filters: dict[str, Any] | None = None) -> QuerySet[Incident
     return qs.order_by("-started_at", "-id")
 
 
-def incident_recent() -> QuerySet[Incident]:
-    """Newest first, without links (for pages that list many)."""
-    return Incident.objects.order_by("-started_at", "-id")
-
-
 def incident_get(*, incident_id: int) -> Incident:
     return incident_list().get(pk=incident_id)
 

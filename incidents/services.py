@@ -32,6 +32,7 @@ from incidents.models import Incident, OwnerlessPod
 from incidents.records import to_model_fields
 from incidents.states import EvidenceKind, IncidentStatus, Stage, transition_allowed
 from sandboxes.models import Job, Sandbox
+from sandman_site import live
 from sandman_site.errors import InvalidInput, InvalidTransition
 
 log = logging.getLogger(__name__)
@@ -249,10 +250,8 @@ def ownerless_pods_found(*, names: list[str], now: datetime) -> Incident | None:
 
 
 def _announce(incident: Incident) -> None:
-    from sandboxes.live import publish
-
     payload = {"id": incident.pk, "title": incident.title, "stage": incident.stage}
-    transaction.on_commit(lambda: publish("incident_opened", payload))
+    transaction.on_commit(lambda: live.publish("incident_opened", payload))
 
 
 # --- import -----------------------------------------------------------------------------

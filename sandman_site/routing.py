@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
+from dashboards.routing import websocket_urlpatterns as dashboard_ws
 from incidents.routing import websocket_urlpatterns as incident_ws
-from sandboxes.routing import websocket_urlpatterns as sandbox_ws
 
-websocket_urlpatterns = [*sandbox_ws, *incident_ws]
+websocket_urlpatterns = [*dashboard_ws, *incident_ws]

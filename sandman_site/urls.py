@@ -1,4 +1,4 @@
-"""Root URL map: admin, REST v1, schema, health, metrics, dashboards."""
+"""Root URL map: admin, REST v1, schema, health, metrics, the operator pages (dashboards)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ urlpatterns = [
     path("api/v1/", include("sandboxes.urls")),
     path("api/v1/", include("grading.urls")),
     path("api/v1/", include("incidents.urls")),
-    path("incidents/", include("incidents.page_urls")),
-    path("", include("sandboxes.dashboard_urls")),
+    path("favicon.ico", views.favicon, name="favicon"),
+    path("", include("dashboards.urls")),
 ]
 
 handler404 = "sandman_site.views.not_found"

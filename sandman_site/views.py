@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -15,6 +15,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception:  # noqa: BLE001 - any DB failure means "not healthy", reported as such
         db_ok = False
     return JsonResponse({"ok": db_ok, "database": db_ok}, status=200 if db_ok else 503)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask every page's host for /favicon.ico; answer "none" instead of a 404."""
+    return HttpResponse(status=204)
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:

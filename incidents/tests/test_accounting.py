@@ -1,16 +1,16 @@
-"""GPU-hour accounting (Table A49): database sums, the one-case-per-job rule, the page."""
+"""GPU-hour accounting (Table A49): database sums and the one-case-per-job rule.
+
+The pages that show it are tested with the operator pages (``dashboards/tests/pages``).
+"""
 
 from __future__ import annotations
 
-import csv
-import io
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
 from django.utils import timezone
 
 from incidents import selectors, services
@@ -108,39 +108,3 @@ def test_equal_recording_times_fall_back_to_the_lower_id() -> None:
     a = record_case("a", jobs=[job.pk], low=1, high=2, now=now)
     b = record_case("b", jobs=[job.pk], low=3, high=4, now=now)
     assert {c.pk: c.overlaps_with for c in selectors.accounting().cases} == {a.pk: None, b.pk: a.pk}
-
-
-def test_the_accounting_page_needs_a_login_and_shows_table_and_chart(staff_user: Any) -> None:
-    call_command("loaddata", "paper_cases", verbosity=0)
-    anonymous = Client().get("/incidents/accounting/")
-    assert anonymous.status_code == 302 and "/admin/login/" in anonymous["Location"]
-
-    client = Client()
-    client.force_login(staff_user)
-    page = client.get("/incidents/accounting/").content.decode()
-    assert '<script src="/static/plotly/plotly.min.js"></script>' in page
-    assert "cdn" not in page.lower()
-    assert 'id="accounting-by-class"' in page and 'id="accounting-by-workload"' in page
-    assert 'id="total-all">7,124–7,818</td>' in page
-    assert 'id="total-outside">3,660</td>' in page
-    assert 'id="flagged-note"' not in page  # the fixture links no jobs, so nothing overlaps
-
-
-def test_the_incidents_index_lists_recorded_cases(staff_user: Any) -> None:
-    call_command("loaddata", "paper_cases", verbosity=0)
-    client = Client()
-    client.force_login(staff_user)
-    page = client.get("/incidents/").content.decode()
-    assert page.count("/admin/incidents/incident/") >= 16
-    assert "Admission webhook collapse" in page and "973–1,145" in page
-
-
-def test_the_accounting_csv_lists_classes_workloads_and_totals(staff_user: Any) -> None:
-    call_command("loaddata", "paper_cases", verbosity=0)
-    client = Client()
-    client.force_login(staff_user)
-    response = client.get("/incidents/accounting/csv/")
-    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
-    total = next(r for r in rows if r["table"] == "total" and r["path"] == "all")
-    assert (Decimal(total["gpu_hours_low"]), Decimal(total["gpu_hours_high"])) == (7124, 7818)
-    assert sum(1 for r in rows if r["table"] == "class") == 6

@@ -3,7 +3,7 @@
 Functions are ``<entity>_<action>`` with keyword-only arguments and a ``now`` parameter;
 each runs one short transaction, locks the rows whose state it changes
 (``select_for_update``) and publishes to the dashboards only after commit
-(``transaction.on_commit`` → ``sandboxes.live.publish``). The controller calls them from
+(``transaction.on_commit`` → ``sandman_site.live.publish``). The controller calls them from
 worker threads, never from its event loop thread.
 """
 

@@ -1,7 +1,7 @@
 """Publish to the dashboards after the surrounding transaction commits.
 
 Payloads are made wire-safe here (datetimes become ISO strings) because a Redis channel
-layer serialises with msgpack. ``sandboxes.live.publish`` never raises by contract; a
+layer serialises with msgpack. ``sandman_site.live.publish`` never raises by contract; a
 failure is logged there.
 """
 
@@ -11,6 +11,8 @@ import datetime as dt
 from typing import Any
 
 from django.db import transaction
+
+from sandman_site import live
 
 
 def _plain(value: Any) -> Any:
@@ -27,8 +29,6 @@ def publish_on_commit(kind: str, payload: dict[str, Any]) -> None:
     body = _plain(payload)
 
     def send() -> None:
-        from sandboxes import live
-
         live.publish(kind, body)
 
     transaction.on_commit(send)

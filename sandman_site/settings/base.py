@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "sandboxes",
     "grading",
     "incidents",
+    "dashboards",
 ]
 
 MIDDLEWARE = [

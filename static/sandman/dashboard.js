@@ -2,7 +2,7 @@
  *
  * The server embeds every chart's payload ({figure, columns, rows, window}) in
  * #dashboard-data; this script draws them with Plotly (served locally) and keeps them live:
- * a websocket on /ws/dashboard/ pushes {kind, payload} events (see sandboxes/live.py), and
+ * a websocket on /ws/dashboard/ pushes {kind, payload} events (see sandman_site/live.py), and
  * each event marks the charts it changes; a marked chart refetches its JSON endpoint and is
  * redrawn with Plotly.react (zoom kept, page never reloaded). Refetches are coalesced: at
  * most one request in flight per chart, and at most one more queued, so a burst of
@@ -146,7 +146,7 @@
     }).map(function (node) { return node.getAttribute("data-chart"); });
   }
 
-  // Which charts an event changes (kinds and payloads: sandboxes/live.py).
+  // Which charts an event changes (kinds and payloads: sandman_site/live.py).
   function chartsFor(kind, payload) {
     payload = payload || {};
     if (kind === "sandbox.state" || kind === "sandbox") {

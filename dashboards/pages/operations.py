@@ -1,0 +1,74 @@
+"""The operations page at ``/operations/``: address failures, warm-pool use, incident
+GPU-hours.
+
+A second live page beside the overview (``pages.overview``), built by the same machinery
+(``pages.charts``) under the same access rule (``dashboards.access``): data at
+``/operations/data/<chart>.csv|json``. Each chart's ``refresh_on`` lists the live event
+kinds that change it (the page script refetches only those charts).
+"""
+
+from __future__ import annotations
+
+from dashboards.access import operator_data, operator_page
+from dashboards.figures import operations as figures
+from dashboards.pages.charts import Chart, ChartPage, ChartTable
+from dashboards.rows.operations import (
+    AddressFailureRow,
+    IncidentClassHours,
+    WarmKey,
+    address_failure_table,
+)
+from dashboards.selectors import operations as sel
+from dashboards.window import Window
+
+DATA_URL = "/operations/data/"
+
+
+def _address_failures(window: Window) -> ChartTable:
+    per_minute = sel.address_failures_per_minute(window=window)
+    by_load = sel.address_failures_by_node_load(window=window)
+    figure = figures.address_failures_figure(per_minute, by_load, window=window)
+    return figure, AddressFailureRow.TABLE, address_failure_table(per_minute, by_load)
+
+
+def _warm_use(window: Window) -> ChartTable:
+    rows = sel.warm_use_by_job_key(window=window)
+    return figures.warm_use_figure(rows), WarmKey.TABLE, rows
+
+
+def _incident_hours(window: Window) -> ChartTable:
+    rows = sel.incident_gpu_hours_by_class()
+    return figures.incident_hours_figure(rows), IncidentClassHours.TABLE, rows
+
+
+CHARTS: dict[str, Chart] = {
+    "address_failures": Chart(
+        "Address failures",
+        "Left: failures per minute, by when the sandbox was scheduled (else requested). "
+        "Right: failures per sandbox by node load, approximated as the sandboxes requested "
+        "on the same node in the same bucket.",
+        _address_failures,
+        refresh_on=("sandbox.state", "sandbox"),
+    ),
+    "warm_use": Chart(
+        "Warm-hit rate and idle warm pod-hours",
+        "Per job and key: share of successful acquisitions served warm or reused, and the "
+        "hours warm pods sat Ready before being handed out or deleted (inside the window).",
+        _warm_use,
+        refresh_on=("sandbox.state", "sandbox", "acquisition", "job.state"),
+    ),
+    "incident_hours": Chart(
+        "Incident GPU-hours by root-cause class",
+        "Table A49: all recorded incidents with a GPU-hour account, one case per job; bar "
+        "at the upper bound, whisker down to the lower.",
+        _incident_hours,
+        refresh_on=("incident_opened", "incident.state", "incident"),
+    ),
+}
+
+
+PAGE = ChartPage(CHARTS, page_title="operations", heading="Operations, live", data_url=DATA_URL)
+
+operations = operator_page(PAGE.page)
+chart_json = operator_data(PAGE.chart_json)
+chart_csv = operator_data(PAGE.chart_csv)

@@ -1,0 +1,1 @@
+"""Tests of the operator pages, mirroring the package: pages/, selectors/, figures/, browser/."""
