@@ -74,8 +74,9 @@ def test_a_sandbox_held_past_its_jobs_lifetime_is_reclaimed(clocked, clock, sand
 
 
 def test_the_sweep_deletes_an_ownerless_sandbox_reports_counts_and_spares_owned_ones(
-    controller, sandbox_root
+    make_controller, sandbox_root
 ):
+    controller = make_controller(wired=True)  # the service's wiring: the incidents hooks
     job = make_job()
     owned = controller.acquire(**acquire_args(job))
     owned_pid = pid_of(sandbox_root, owned.name)
@@ -91,6 +92,7 @@ def test_the_sweep_deletes_an_ownerless_sandbox_reports_counts_and_spares_owned_
         "failed": 0,
     }
     assert report["names"] == [stray]
+    assert report["hook_failures"] == 0
     assert not process_alive(stray_pid) and not (sandbox_root / stray).exists()
     assert process_alive(owned_pid) and state(owned.sandbox_id) == "in_use"
     assert PendingDelete.objects.count() == 0
