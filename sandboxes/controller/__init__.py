@@ -10,8 +10,9 @@ collaborator built at ``start()`` (``parts``) from one shared ``ControllerState`
 ``queries`` (reads), ``dbexec`` (ORM off the loop thread), ``hooks`` (what the sweep
 reports outward), ``process`` (the process-wide instance).
 
-Rule a reader must not break: import from this package, not from its modules; the
-modules' layout may change, these names do not.
+Rule a reader must not break: code outside the controller (API, services, commands,
+bench) imports these names from this package, never from its modules: the modules' layout
+may change, these names do not. Only the controller's own unit tests import a module.
 """
 
 from __future__ import annotations
