@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.parsers import JSONParser
@@ -105,21 +104,15 @@ class SpecOutputSerializer(serializers.Serializer):
 
 
 def check_image(image: str, base_commit: str | None) -> None:
-    """Refuse an image the backend cannot start, before anything is created.
+    """Refuse an image the backend knows it cannot start, before anything is created.
 
-    On the local backend the local provider knows its template directories
-    (``validate_image``); other backends learn of a bad image only at pull time, where the
-    controller raises ``UnknownImage`` itself.
+    The backend judges (``Provider.check_image`` through the controller, no loop needed):
+    the local provider knows its template directories; a backend that cannot tell before a
+    pull (None) learns of a bad image at pull time, where the create fails.
     """
-    if settings.SANDMAN_BACKEND != "local":
-        return
-    try:
-        from sandboxes.providers.local import validate_image
-    except ImportError:  # the local provider is not installed in this tree yet
-        return
-    result = validate_image(image, base_commit)
-    if result is False:
-        raise UnknownImage(f"Unknown image {image!r}.")
+    if controller().check_image(image, base_commit) is False:
+        at = f" at commit {base_commit!r}" if base_commit else ""
+        raise UnknownImage(f"Unknown image {image!r}{at}: the backend cannot start it.")
 
 
 def controller() -> Any:

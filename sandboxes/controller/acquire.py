@@ -4,43 +4,45 @@ Ordering rules a reader must not break (paper §4.4, Table 2 row 1, Appendix F):
 * The acquire never runs a create itself: it admits a ticket, spawns the create as a task
   the controller owns (``creates.py``) and awaits a future. On timeout or cancellation it
   marks the ticket ``abandoned`` and leaves; the create settles on its own.
-* A warm pod is taken into ``checking`` before its health check, handed out only if the
-  check passes, put back if the caller left before anything changed, and deleted if it
-  failed the check or the caller left during the hand-out write (it carries the agent
-  mark then).
+* A warm pod is handed out only after its health check (``warm.py``).
 * Refusals (``PoolCapReached``) happen before any row or create exists.
+* The wait for a create runs on the controller's injected ``sleep``: with the real
+  ``asyncio.sleep`` it is ``asyncio.wait_for``; with a fake clock a test expires an acquire
+  timeout by advancing the clock once the window it wants is held by a gate (Table A21,
+  windows 4, 10-14 and 18), never by a timer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sandboxes import events
 from sandboxes.controller import queries
-from sandboxes.controller.runtime import AcquireResult, CreateOutcome, JobRuntime, SandboxRef
-from sandboxes.pool import CreateTicket, PoolKey, Purpose, WarmPod
-from sandboxes.providers.base import Handle
-from sandboxes.services import (
-    acquisition_record,
-    sandbox_hand_out,
-    sandbox_mark_healthy,
-    sandbox_record_event,
-)
-from sandboxes.states import AcquisitionOutcome, JobState, Role, SandboxSource, SandboxState
+from sandboxes.controller.creates import CreateRunner
+from sandboxes.controller.deletes import Deleter
+from sandboxes.controller.runtime import AcquireResult, CreateOutcome, JobRuntime
+from sandboxes.controller.runtimes import Runtimes
+from sandboxes.controller.state import ControllerState
+from sandboxes.controller.tasks import AcquireGate, TaskOwner
+from sandboxes.controller.warm import WarmHandOut
+from sandboxes.pool import CreateTicket, PoolKey, Purpose
+from sandboxes.services import acquisition_record, sandbox_record_event
+from sandboxes.states import AcquisitionOutcome, JobState, Role, SandboxSource
 from sandman_site.errors import (
     AcquireTimeout,
     ControllerUnavailable,
     InvalidInput,
-    InvalidTransition,
     JobNotActive,
     NotFound,
     PoolCapReached,
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,10 @@ class AcquireRequest:
             raise InvalidInput("image must be 1–512 characters")
         if request.base_commit is not None and len(request.base_commit) > 64:
             raise InvalidInput("base_commit is longer than 64 characters")
-        for name in ("cpu_millis", "memory_bytes"):
-            value = getattr(request, name)
+        for value, name in (
+            (request.cpu_millis, "cpu_millis"),
+            (request.memory_bytes, "memory_bytes"),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidInput(f"{name} must be a positive integer")
         ws = request.workspace_bytes
@@ -94,21 +98,39 @@ _OUTCOMES: list[tuple[type[BaseException], str]] = [
 ]
 
 
-class AcquireMixin:
-    """Acquire path of :class:`sandboxes.controller.core.Controller`."""
+class Acquirer:
+    """Answers acquires: a warm pod, or the outcome of a create the controller owns."""
 
-    # -- the acquire ------------------------------------------------------------------------
-    async def _acquire(self, req: AcquireRequest) -> AcquireResult:
-        t0 = self._clock()
-        started_at = self._now()
-        rt = self._runtimes.get(req.job_id)
+    def __init__(
+        self,
+        state: ControllerState,
+        tasks: TaskOwner,
+        gate: AcquireGate,
+        runtimes: Runtimes,
+        creates: CreateRunner,
+        deleter: Deleter,
+        warm: WarmHandOut,
+    ) -> None:
+        self._state = state
+        self._tasks = tasks
+        self._gate = gate
+        self._runtimes = runtimes
+        self._creates = creates
+        self._deleter = deleter
+        self._warm = warm
+
+    async def acquire(self, req: AcquireRequest) -> AcquireResult:
+        state = self._state
+        t0 = state.clock()
+        started_at = state.now()
+        rt = self._runtimes.cached(req.job_id)
         if rt is None:
-            info = await self._db_now(queries.job_info, req.job_id)
+            info = await self._tasks.db_now(queries.job_info, req.job_id)
             if info is None:
                 raise NotFound(f"job {req.job_id} does not exist")
             if info.state != JobState.ACTIVE:
                 raise JobNotActive(f"job {req.job_id} is {info.state}; it takes no acquires")
-            rt = await self._runtime(req.job_id, info)
+            rt = await self._runtimes.get(req.job_id, info)
         if rt.pool.draining:
             raise JobNotActive(f"job {req.job_id} is draining; it takes no acquires")
         key = req.key
@@ -120,13 +142,13 @@ class AcquireMixin:
             "key_hash": key.hash,
             "started_at": started_at,
         }
-        self._acquire_started()
+        self._gate.started()
         try:
-            return await self._acquire_recorded(rt, req, key, t0, record)
+            return await self._recorded(rt, req, key, t0, record)
         finally:
-            self._acquire_ended()
+            self._gate.ended()
 
-    async def _acquire_recorded(
+    async def _recorded(
         self,
         rt: JobRuntime,
         req: AcquireRequest,
@@ -135,19 +157,20 @@ class AcquireMixin:
         record: dict[str, Any],
     ) -> AcquireResult:
         """The acquire in the pool, and its acquisition row whatever the outcome."""
+        state, tasks = self._state, self._tasks
         try:
-            result, recorded = await self._acquire_in_pool(rt, req, key, t0, record)
+            result, recorded = await self._in_pool(rt, req, key, t0, record)
         except BaseException as exc:
             outcome = next(
                 (o for klass, o in _OUTCOMES if isinstance(exc, klass)), AcquisitionOutcome.FAILED
             )
-            write = self._spawn(
-                self._db(
+            write = tasks.spawn(
+                tasks.db(
                     acquisition_record,
                     **record,
                     outcome=outcome,
-                    now=self._now(),
-                    wait_ms=(self._clock() - t0) * 1000.0,
+                    now=state.now(),
+                    wait_ms=(state.clock() - t0) * 1000.0,
                     detail=f"{type(exc).__name__}: {exc}",
                 ),
                 name=f"record-acquisition-{req.job_id}",
@@ -157,12 +180,12 @@ class AcquireMixin:
             raise
         if not recorded:
             await asyncio.shield(
-                self._spawn(
-                    self._db_now(
+                tasks.spawn(
+                    tasks.db_now(
                         acquisition_record,
                         **record,
                         outcome=AcquisitionOutcome.OK,
-                        now=self._now(),
+                        now=state.now(),
                         sandbox_id=result.sandbox_id,
                         source=result.source,
                         queue_ms=result.queue_ms,
@@ -173,7 +196,7 @@ class AcquireMixin:
             )
         return result
 
-    async def _acquire_in_pool(
+    async def _in_pool(
         self,
         rt: JobRuntime,
         req: AcquireRequest,
@@ -186,9 +209,9 @@ class AcquireMixin:
         rt.pool.note_request(key)
         rt.key_roles.setdefault(key, req.role)
         while (pod := rt.pool.take_warm(key, req.role)) is not None:
-            result = await self._try_warm(rt, pod, req, t0, deadline, record)
+            result = await self._warm.try_hand_out(rt, pod, req.role, t0, deadline, record)
             if result is not None:
-                self._fill(rt)
+                self._creates.fill(rt)
                 return result, True
         admission = rt.pool.admit(key, purpose=Purpose.ACQUIRE, role=req.role)
         if admission.ticket is None:
@@ -198,8 +221,8 @@ class AcquireMixin:
                 {"live": rt.pool.live_count, "max_live": rt.info.max_live},
             )
         if admission.evicted is not None:
-            self._spawn(
-                self._delete_sandbox(
+            self._tasks.spawn(
+                self._deleter.delete_sandbox(
                     rt, admission.evicted.sandbox_id, reason="evicted", kind=events.EVICTED
                 ),
                 rt,
@@ -207,151 +230,86 @@ class AcquireMixin:
         ticket = admission.ticket
         waiter: asyncio.Future[CreateOutcome] = asyncio.get_running_loop().create_future()
         rt.waiters[ticket.ticket_id] = waiter
-        self._spawn(self._create(rt, ticket), rt, name=f"create-{rt.job_id}-{ticket.ticket_id}")
-        self._fill(rt)
-        try:
-            remaining = None if deadline is None else max(0.0, deadline - self._clock())
-            out = await self._await_deadline(waiter, remaining)  # injected clock
-        except TimeoutError:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                out = waiter.result()
-            else:
-                self._abandon(rt, ticket, waiter)
-                if ticket.sandbox_id is not None:  # the late create's timeline says why
-                    self._spawn(
-                        self._db(
-                            sandbox_record_event,
-                            sandbox_id=ticket.sandbox_id,
-                            kind=events.ACQUIRE_TIMEOUT,
-                            now=self._now(),
-                            detail={"timeout_s": req.timeout_s},
-                        ),
-                        rt,
-                    )
-                if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
-                    raise waiter.exception() from None
-                raise AcquireTimeout(
-                    f"no sandbox within {req.timeout_s:g} s; the pool keeps the create",
-                    {"timeout_s": req.timeout_s},
-                ) from None
-        except asyncio.CancelledError:
-            self._abandon(rt, ticket, waiter)
-            raise
+        self._tasks.spawn(
+            self._creates.create(rt, ticket), rt, name=f"create-{rt.job_id}-{ticket.ticket_id}"
+        )
+        self._creates.fill(rt)
+        out = await self._wait_for_create(rt, req, ticket, waiter, deadline)
         result = AcquireResult(
             sandbox_id=out.sandbox_id,
             name=out.name,
             address=out.address,
             token=out.token,
             source=SandboxSource.CREATED.value,
-            wait_ms=(self._clock() - t0) * 1000.0,
+            wait_ms=(self._state.clock() - t0) * 1000.0,
             queue_ms=out.queue_ms,
             create_ms=out.create_ms,
         )
         return result, False
 
-    def _abandon(
-        self, rt: JobRuntime, ticket: CreateTicket, waiter: asyncio.Future[CreateOutcome]
-    ) -> None:
-        rt.pool.abandon(ticket)
-        rt.waiters.pop(ticket.ticket_id, None)
-        if not waiter.done():
-            waiter.cancel()
-
-    async def _try_warm(
+    async def _wait_for_create(
         self,
         rt: JobRuntime,
-        pod: WarmPod,
         req: AcquireRequest,
-        t0: float,
+        ticket: CreateTicket,
+        waiter: asyncio.Future[CreateOutcome],
         deadline: float | None,
-        record: dict[str, Any],
-    ) -> AcquireResult | None:
-        """Health-check one warm pod and hand it out; None if it was not usable.
-
-        One database commit on success: the hand-out and its acquisition row together.
-        """
-        sid = pod.sandbox_id
-        handed = False
+    ) -> CreateOutcome:
+        """The create's outcome by ``deadline``; else the ticket is abandoned to the pool."""
+        state = self._state
         try:
-            ref = rt.refs.get(sid)
-            if ref is None:  # not cached (should not happen): read the row
-                row = await self._db(queries.sandbox_row, sid)
-                if row is None or row.state != SandboxState.READY:
-                    rt.pool.forget(sid)
-                    handed = True
-                    return None
-                ref = rt.refs[sid] = SandboxRef.of(row)
-            budget = self.health_timeout_s
-            if deadline is not None:
-                budget = max(0.05, min(budget, deadline - self._clock()))
-            handle = Handle(ref.name, ref.nonce, ref.backend, ref.uid, ref.ref)
-            try:
-                healthy = await asyncio.wait_for(
-                    self.provider.health(handle, ref.address, ref.token), budget
+            remaining = None if deadline is None else max(0.0, deadline - state.clock())
+            return await await_deadline(waiter, remaining, state.sleep)  # injected clock
+        except TimeoutError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                return waiter.result()
+            _abandon(rt, ticket, waiter)
+            if ticket.sandbox_id is not None:  # the late create's timeline says why
+                self._tasks.spawn(
+                    self._tasks.db(
+                        sandbox_record_event,
+                        sandbox_id=ticket.sandbox_id,
+                        kind=events.ACQUIRE_TIMEOUT,
+                        now=state.now(),
+                        detail={"timeout_s": req.timeout_s},
+                    ),
+                    rt,
                 )
-            except TimeoutError:
-                healthy = False
-            if not healthy:
-                rt.pool.forget(sid)
-                handed = True  # it is no longer ours to put back
-                await self._db(sandbox_mark_healthy, sandbox_id=sid, now=self._now(), healthy=False)
-                self._spawn(self._delete_sandbox(rt, sid, reason="health_failed"), rt)
-                return None
-            source = (SandboxSource.REUSED if pod.reused else SandboxSource.WARM).value
-            checked_at = self._now()
-            wait_ms = (self._clock() - t0) * 1000.0
-            write = self._spawn(
-                self._db_now(
-                    sandbox_hand_out,
-                    sandbox_id=sid,
-                    source=source,
-                    role=req.role,
-                    now=checked_at,
-                    healthy_at=checked_at,
-                    acquisition={
-                        **record,
-                        "outcome": AcquisitionOutcome.OK.value,
-                        "queue_ms": 0.0,
-                        "wait_ms": wait_ms,
-                    },
-                ),
-                rt,
-            )
-            handed = True
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                # The caller left during the write: the pod carries the agent mark now.
-                self._spawn(self._delete_after(rt, write, sid, "abandoned_hand_out"), rt)
-                raise
-            except InvalidTransition:
-                # Taken from us meanwhile (a drain deletes pods being checked): not usable.
-                rt.pool.forget(sid)
-                if rt.pool.draining:
-                    raise JobNotActive(f"job {rt.job_id} is draining") from None
-                return None
-            rt.pool.hand_out(sid, pod.key)
-            rt.refs.pop(sid, None)
-            return AcquireResult(
-                sandbox_id=sid,
-                name=ref.name,
-                address=ref.address,
-                token=ref.token,
-                source=source,
-                wait_ms=wait_ms,
-                queue_ms=0.0,
-            )
-        finally:
-            if not handed and sid in rt.pool.checking:
-                # Cancelled before anything changed: the pod is still a clean warm pod.
-                rt.pool.add_warm(pod)
+            if waiter.done() and not waiter.cancelled():
+                failure = waiter.exception()
+                if failure is not None:
+                    raise failure from None
+            raise AcquireTimeout(
+                f"no sandbox within {req.timeout_s:g} s; the pool keeps the create",
+                {"timeout_s": req.timeout_s},
+            ) from None
+        except asyncio.CancelledError:
+            _abandon(rt, ticket, waiter)
+            raise
 
-    async def _delete_after(
-        self, rt: JobRuntime, write: asyncio.Task[Any], sandbox_id: int, reason: str
-    ) -> None:
-        try:
-            await write
-        except Exception:
-            log.warning("hand-out write of sandbox %s failed", sandbox_id, exc_info=True)
-        rt.pool.forget(sandbox_id)
-        await self._delete_sandbox(rt, sandbox_id, reason=reason)
+
+def _abandon(rt: JobRuntime, ticket: CreateTicket, waiter: asyncio.Future[CreateOutcome]) -> None:
+    rt.pool.abandon(ticket)
+    rt.waiters.pop(ticket.ticket_id, None)
+    if not waiter.done():
+        waiter.cancel()
+
+
+async def await_deadline(
+    waiter: asyncio.Future[T],
+    remaining: float | None,
+    sleep: Callable[[float], Awaitable[None]],
+) -> T:
+    """``waiter``'s result (never cancelling it), or ``TimeoutError`` after ``remaining``
+    seconds on ``sleep`` (the controller's injected one)."""
+    if remaining is None or sleep is asyncio.sleep:
+        return await asyncio.wait_for(asyncio.shield(waiter), remaining)
+    timer = asyncio.ensure_future(sleep(remaining))
+    either: set[asyncio.Future[Any]] = {waiter, timer}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    if waiter.done():
+        return waiter.result()
+    raise TimeoutError

@@ -1,8 +1,9 @@
-"""The controller: one asyncio loop thread that owns every create, delete and pool.
+"""The controller facade: one asyncio loop thread that owns every create, delete and pool.
 
 DRF views call the synchronous facade (``acquire``, ``release``, ``prewarm``, ``drain``);
 each call is submitted to the loop and the calling thread blocks on the answer (async
-views can await the ``a*`` variants instead and block nothing).
+views can await the ``a*`` variants instead and block nothing). The work itself is done by
+collaborators built at ``start()`` (``parts.py``), which share one ``ControllerState``.
 
 Ordering rules a reader must not break (paper §4.4, Appendix F):
 * Creates and deletes run as tasks OWNED by the controller, never by the caller: an
@@ -18,45 +19,32 @@ Ordering rules a reader must not break (paper §4.4, Appendix F):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
-from sandboxes.controller.acquire import AcquireMixin, AcquireRequest
-from sandboxes.controller.creates import CreateMixin
+from django.conf import settings
+
+from sandboxes.controller.acquire import AcquireRequest
 from sandboxes.controller.dbexec import DbExecutor
-from sandboxes.controller.lifecycle import LifecycleMixin
-from sandboxes.controller.maintenance import MaintenanceMixin
-from sandboxes.controller.ownership import OwnershipMixin
-from sandboxes.controller.queries import JobInfo, job_info
-from sandboxes.controller.reconcile import ReconcileMixin
-from sandboxes.controller.runtime import (
-    AcquireResult,
-    JobRuntime,
-    PrewarmKey,
-    build_runtime,
-    utc_now,
-)
-from sandboxes.controller.tasks import TaskMixin
+from sandboxes.controller.hooks import ControllerHooks
+from sandboxes.controller.parts import Parts, Tuning
+from sandboxes.controller.runtime import AcquireResult, JobRuntime, PrewarmKey, utc_now
+from sandboxes.controller.state import ControllerState
 from sandboxes.pacing import TokenBucket
+from sandboxes.providers import get_provider
 from sandboxes.providers.base import Provider
-from sandman_site.errors import ControllerUnavailable, NotFound
+from sandman_site.errors import ControllerUnavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class Controller(
-    TaskMixin,
-    AcquireMixin,
-    CreateMixin,
-    LifecycleMixin,
-    MaintenanceMixin,
-    ReconcileMixin,
-    OwnershipMixin,
-):
+class Controller:
     """Pools, creates, deletes, reconciliation and sweeps of one service process."""
 
     def __init__(
@@ -64,6 +52,7 @@ class Controller(
         *,
         provider: Provider | None = None,
         provider_factory: Callable[[], Provider] | None = None,
+        hooks: ControllerHooks | None = None,
         cluster_rate: float | None = None,
         cluster_burst: int | None = None,
         sweep_interval_s: float | None = None,
@@ -76,10 +65,9 @@ class Controller(
         execd_timeout_s: float = 120.0,
         yield_to_acquires_s: float = 0.5,
     ) -> None:
-        from django.conf import settings
-
-        self._provider_arg = provider
-        self._provider_factory = provider_factory
+        self._provider = provider
+        self._provider_factory = provider_factory or get_provider
+        self.hooks = hooks or ControllerHooks()
         self.cluster_rate = cluster_rate or settings.SANDMAN_CLUSTER_CREATE_RATE
         self.cluster_burst = cluster_burst or settings.SANDMAN_CLUSTER_CREATE_BURST
         self.sweep_interval_s = (
@@ -90,31 +78,63 @@ class Controller(
         self._now = now
         self._sleep = sleep or asyncio.sleep
         self._db_workers = db_workers
-        self.health_timeout_s = health_timeout_s
-        self.execd_timeout_s = execd_timeout_s
-        # Warm builds and release deletes wait (at most this long) while acquires are in
-        # flight: they share this process's interpreter with the hand-outs (see tasks.py).
-        self.yield_to_acquires_s = yield_to_acquires_s
-        self._acquiring = 0
-        self._no_acquires: asyncio.Event | None = None
+        # Warm builds and release deletes wait (at most yield_to_acquires_s) while acquires
+        # are in flight: they share this process's interpreter with the hand-outs (tasks.py).
+        self.tuning = Tuning(
+            health_timeout_s=health_timeout_s,
+            execd_timeout_s=execd_timeout_s,
+            yield_to_acquires_s=yield_to_acquires_s,
+        )
         self.started = False
-        self.reconciled = False
-        self.provider: Provider = provider  # type: ignore[assignment]
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._stopping = False
         self._lock = threading.Lock()
-        self._db_exec: DbExecutor | None = None
-        self._runtimes: dict[int, JobRuntime] = {}
-        self._runtime_loading: dict[int, asyncio.Future[JobRuntime]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._calls: set[asyncio.Task[Any]] = set()
-        self._inner: set[asyncio.Future[Any]] = set()
-        self._background: list[asyncio.Task[Any]] = []
-        self._destroying: dict[str, asyncio.Task[bool]] = {}
-        self._cluster: TokenBucket | None = None
-        self._http: Any = None  # aiohttp session for execd calls (checked reuse)
-        self.last_sweep: dict[str, Any] | None = None
+        self._thread: threading.Thread | None = None
+        self._parts: Parts | None = None
+
+    # -- what tests, /metrics and the API read ---------------------------------------------
+    @property
+    def provider(self) -> Provider:
+        """The backend (built from ``provider_factory`` on first need)."""
+        if self._provider is not None:
+            return self._provider
+        with self._lock:
+            return self._ensure_provider()
+
+    @property
+    def reconciled(self) -> bool:
+        """The database and the backend agreed since the last ``start()``."""
+        return self._parts is not None and self._parts.state.reconciled
+
+    @property
+    def last_sweep(self) -> dict[str, Any] | None:
+        """The report of the latest sweep, or None."""
+        return None if self._parts is None else self._parts.sweeper.last_sweep
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The controller's event loop while started (tests run code on it), else None."""
+        return self._parts.state.loop if self.started and self._parts is not None else None
+
+    def owned_tasks(self) -> list[asyncio.Task[Any]]:
+        """The owned tasks not finished yet (creates, deletes, checks). Loop thread only."""
+        return [] if self._parts is None else self._parts.tasks.owned
+
+    def job_runtime(self, job_id: int) -> JobRuntime | None:
+        """A job's in-memory books, if loaded (tests inspect them). Loop thread only."""
+        return None if self._parts is None else self._parts.runtimes.cached(job_id)
+
+    def check_image(self, image: str, base_commit: str | None) -> bool | None:
+        """Ask the backend about an image before anything is created (no loop needed).
+
+        True: known good; False: the backend cannot start it; None: it cannot tell before
+        a pull.
+        """
+        return self.provider.check_image(image, base_commit)
+
+    def _ensure_provider(self) -> Provider:
+        if self._provider is None:
+            self._provider = self._provider_factory()
+        return self._provider
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -122,136 +142,64 @@ class Controller(
         with self._lock:
             if self.started:
                 return
-            if self.provider is None:
-                factory = self._provider_factory
-                if factory is None:
-                    from sandboxes.providers import get_provider
-
-                    factory = get_provider
-                self.provider = factory()
-            self._db_exec = DbExecutor(self._db_workers)
-            self._stopping = False
             loop = asyncio.new_event_loop()
-            self._loop = loop
+            state = ControllerState(
+                provider=self._ensure_provider(),
+                loop=loop,
+                db=DbExecutor(self._db_workers),
+                cluster=TokenBucket(
+                    self.cluster_rate,
+                    self.cluster_burst,
+                    clock=self._clock,
+                    sleep=self._sleep,
+                    name="cluster",
+                ),
+                clock=self._clock,
+                now=self._now,
+                sleep=self._sleep,
+            )
+            self._parts = parts = Parts.build(state, self.hooks, self.tuning)
+            self._stopping = False
             ready = threading.Event()
             self._thread = threading.Thread(
-                target=self._run_loop, args=(loop, ready), name="sandman-controller", daemon=True
+                target=_run_loop, args=(loop, ready), name="sandman-controller", daemon=True
             )
             self._thread.start()
             ready.wait()
             self.started = True
-            future = asyncio.run_coroutine_threadsafe(self._startup(), loop)
+            future = asyncio.run_coroutine_threadsafe(self._startup(parts), loop)
         future.result()
 
-    def _run_loop(self, loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
-        asyncio.set_event_loop(loop)
-        loop.call_soon(ready.set)
+    async def _startup(self, parts: Parts) -> None:
         try:
-            loop.run_forever()
-        finally:
-            loop.close()
-
-    async def _startup(self) -> None:
-        self._cluster = TokenBucket(
-            self.cluster_rate,
-            self.cluster_burst,
-            clock=self._clock,
-            sleep=self._sleep,
-            name="cluster",
-        )
-        try:
-            await self._reconcile()
-            self.reconciled = True
+            await parts.reconciler.reconcile()
+            parts.state.reconciled = True
         except Exception:
             log.exception("reconcile at start failed; the maintenance loop retries it")
         if self.maintenance_interval_s:
-            self._background.append(
-                asyncio.create_task(self._periodic(self.maintenance_interval_s, self._maintain))
-            )
+            parts.tasks.every(self.maintenance_interval_s, parts.maintenance.run)
         if self.sweep_interval_s:
-            self._background.append(
-                asyncio.create_task(self._periodic(self.sweep_interval_s, self._sweep))
-            )
+            parts.tasks.every(self.sweep_interval_s, parts.sweeper.sweep)
 
     def stop(self) -> None:
         """Stop every task and close the provider. Sandboxes are left for reconcile."""
         with self._lock:
-            if not self.started or self._loop is None:
+            parts = self._parts
+            if not self.started or parts is None:
                 return
-            loop = self._loop
-            self._stopping = True
+            loop = parts.state.loop
+            self._stopping = parts.state.stopping = True
             try:
-                asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=60)
+                asyncio.run_coroutine_threadsafe(parts.shutdown(), loop).result(timeout=60)
             except Exception:
                 log.exception("controller shutdown did not finish cleanly")
             loop.call_soon_threadsafe(loop.stop)
             if self._thread is not None:
                 self._thread.join(timeout=30)
-            if self._db_exec is not None:
-                self._db_exec.close()
+            parts.state.db.close()
             self.started = False
-            self._loop = None
             self._thread = None
-            self._runtimes.clear()
-
-    async def _shutdown(self) -> None:
-        everything = [*self._background, *self._calls, *self._tasks]
-        for task in everything:
-            task.cancel()
-        if everything:
-            await asyncio.wait(everything, timeout=30)
-        # Cancelled work may have spawned its own bookkeeping (e.g. recording a cancelled
-        # acquisition): let it finish rather than destroy it pending, then cancel stragglers.
-        late = [t for t in (*self._calls, *self._tasks) if not t.done()]
-        if late:
-            await asyncio.wait(late, timeout=10)
-            for task in late:
-                task.cancel()
-            await asyncio.wait(late, timeout=5)
-        # Backend calls already sent finish (or time out) before the provider closes.
-        inner = [f for f in self._inner if not f.done()]
-        if inner:
-            await asyncio.wait(inner, timeout=15)
-        for rt in self._runtimes.values():
-            rt.pacer.close()
-            for fut in rt.waiters.values():
-                if not fut.done():
-                    fut.set_exception(ControllerUnavailable("the controller is stopping"))
-        if self._cluster is not None:
-            self._cluster.close()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
-        try:
-            await self.provider.close()
-        except Exception:
-            log.exception("closing the provider failed")
-
-    async def _runtime(self, job_id: int, info: JobInfo | None = None) -> JobRuntime:
-        rt = self._runtimes.get(job_id)
-        if rt is not None:
-            return rt
-        pending = self._runtime_loading.get(job_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[JobRuntime] = asyncio.get_running_loop().create_future()
-        self._runtime_loading[job_id] = future
-        try:
-            if info is None:
-                info = await self._db(job_info, job_id)
-            if info is None:
-                raise NotFound(f"job {job_id} does not exist")
-            assert self._cluster is not None
-            rt = build_runtime(info, cluster=self._cluster, clock=self._clock, sleep=self._sleep)
-            self._runtimes[job_id] = rt
-            future.set_result(rt)
-            return rt
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning
-            raise
-        finally:
-            self._runtime_loading.pop(job_id, None)
+            parts.state.runtimes.clear()
 
     # -- the facade for views (sync) and async views ----------------------------------------
     def acquire(
@@ -278,10 +226,11 @@ class Controller(
             timeout_s=timeout_s,
             user_id=user_id,
         )
-        return self._call(self._acquire(request))
+        return self._call(lambda p: p.acquirer.acquire(request))
 
     async def aacquire(self, **kwargs: Any) -> AcquireResult:
-        return await self._acall(self._acquire(AcquireRequest.build(**kwargs)))
+        request = AcquireRequest.build(**kwargs)
+        return await self._acall(lambda p: p.acquirer.acquire(request))
 
     def release(
         self,
@@ -292,53 +241,42 @@ class Controller(
         suite: str | None = None,
     ) -> None:
         self._call(
-            self._release(
+            lambda p: p.releaser.release(
                 sandbox_id=sandbox_id, verdict=verdict, patch_sha256=patch_sha256, suite=suite
             )
         )
 
     async def arelease(self, **kwargs: Any) -> None:
-        await self._acall(self._release(**kwargs))
+        await self._acall(lambda p: p.releaser.release(**kwargs))
 
     def prewarm(self, *, job_id: int, keys: list[PrewarmKey]) -> None:
-        self._call(self._prewarm(job_id=job_id, keys=list(keys)))
+        self._call(lambda p: p.releaser.prewarm(job_id=job_id, keys=list(keys)))
 
     def drain(self, *, job_id: int) -> None:
-        self._call(self._drain(job_id=job_id))
+        self._call(lambda p: p.drainer.drain(job_id=job_id))
 
     # -- operations for tests, commands and /metrics ------------------------------------------
     def run_maintenance(self) -> dict[str, int]:
         """One round of idle trim, lifetime reclaim, delete retries, warm fill, drained check."""
-        return self._call(self._maintain())
+        return self._call(lambda p: p.maintenance.run())
 
     def sweep(self) -> dict[str, Any]:
         """Delete labelled sandboxes no live record owns; return counts."""
-        return self._call(self._sweep())
+        return self._call(lambda p: p.sweeper.sweep())
+
+    def settle_deletes(self) -> dict[str, int]:
+        """Try every pending delete once, now: the provider's set, then the database's."""
+        return self._call(lambda p: p.deleter.settle())
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Block until every owned task (creates, deletes, checks) has finished."""
-        self._call(self._wait_idle(), timeout=timeout + 5)
-
-    async def _wait_idle(self) -> None:
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
+        self._call(lambda p: p.tasks.wait_idle(), timeout=timeout + 5)
 
     def stats(self) -> dict[str, Any]:
         """Pacer queues and pool books per job (for /metrics and dashboards)."""
         if not self.started:
             return {"started": False, "cluster_queue": 0, "jobs": {}}
-        return self._call(self._stats(), timeout=10)
-
-    async def _stats(self) -> dict[str, Any]:
-        return {
-            "started": True,
-            "reconciled": self.reconciled,
-            "cluster_queue": self._cluster.queue_length if self._cluster else 0,
-            "jobs": {
-                job_id: {**rt.pool.snapshot(), "queue": rt.pacer.queue_length}
-                for job_id, rt in self._runtimes.items()
-            },
-        }
+        return self._call(lambda p: p.stats(), timeout=10)
 
     def pacer_queue_length(self) -> int:
         """Creates waiting for a pacer token, all jobs (cluster queue included)."""
@@ -347,27 +285,46 @@ class Controller(
             int(j.get("queue", 0)) for j in stats.get("jobs", {}).values()
         )
 
+    # -- submitting to the loop --------------------------------------------------------------
+    def _call(
+        self, work: Callable[[Parts], Coroutine[Any, Any, T]], timeout: float | None = None
+    ) -> T:
+        """Run ``work(parts)`` on the loop and block this (non-loop) thread on its answer."""
+        parts = self._parts
+        if not self.started or parts is None or self._stopping:
+            raise ControllerUnavailable("the sandbox controller is not running")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("the controller's facade must not be called from its own loop")
+        future = asyncio.run_coroutine_threadsafe(
+            parts.tasks.tracked(work(parts)), parts.state.loop
+        )
+        try:
+            return future.result(timeout)
+        except concurrent.futures.CancelledError as exc:
+            raise ControllerUnavailable("the sandbox controller stopped") from exc
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise ControllerUnavailable("the controller did not answer in time") from exc
 
-_controller: Controller | None = None
-_controller_lock = threading.Lock()
+    async def _acall(self, work: Callable[[Parts], Coroutine[Any, Any, T]]) -> T:
+        """Run ``work(parts)`` on the loop and await it from another event loop."""
+        parts = self._parts
+        if not self.started or parts is None or self._stopping:
+            raise ControllerUnavailable("the sandbox controller is not running")
+        future = asyncio.run_coroutine_threadsafe(
+            parts.tasks.tracked(work(parts)), parts.state.loop
+        )
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
 
 
-def get_controller() -> Controller:
-    """The process-wide controller, built from settings on first use."""
-    global _controller
-    with _controller_lock:
-        if _controller is None:
-            _controller = Controller()
-        return _controller
-
-
-def current_controller() -> Controller | None:
-    """The installed controller, or None; never builds one (for /metrics scrapes)."""
-    return _controller
-
-
-def set_controller(controller: Controller | None) -> None:
-    """Install a controller (tests), or forget the current one (None)."""
-    global _controller
-    with _controller_lock:
-        _controller = controller
+def _run_loop(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+    asyncio.set_event_loop(loop)
+    loop.call_soon(ready.set)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()

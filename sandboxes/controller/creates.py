@@ -16,10 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sandboxes import events
+from sandboxes.controller.deletes import Deleter
+from sandboxes.controller.ownership import Ownership
+from sandboxes.controller.reuse import ReuseChecker
 from sandboxes.controller.runtime import CreateOutcome, JobRuntime, SandboxRef
+from sandboxes.controller.state import ControllerState
+from sandboxes.controller.tasks import AcquireGate, TaskOwner
+from sandboxes.models import Sandbox
 from sandboxes.pool import CreateTicket, Purpose, Settle, WarmPod
 from sandboxes.providers.base import OwnerRef, SandboxSpec
 from sandboxes.services import (
@@ -42,13 +50,39 @@ from sandman_site.errors import (
 )
 
 log = logging.getLogger(__name__)
+DbCall = Callable[..., Awaitable[Any]]
 
 
-class CreateMixin:
-    """Creates of :class:`sandboxes.controller.core.Controller`."""
+@dataclass
+class _Progress:
+    """How far one create got: its row, whether the call was sent, whether it settled."""
+
+    sandbox_id: int | None = None
+    sent: bool = False
+    settled: bool = False
+
+
+class CreateRunner:
+    """Runs every create of the controller in a task it owns, and settles it."""
+
+    def __init__(
+        self,
+        state: ControllerState,
+        tasks: TaskOwner,
+        gate: AcquireGate,
+        deleter: Deleter,
+        ownership: Ownership,
+        reuse: ReuseChecker,
+    ) -> None:
+        self._state = state
+        self._tasks = tasks
+        self._gate = gate
+        self._deleter = deleter
+        self._ownership = ownership
+        self._reuse = reuse
 
     # -- warm builds ----------------------------------------------------------------------
-    def _fill(self, rt: JobRuntime) -> int:
+    def fill(self, rt: JobRuntime) -> int:
         """Start warm builds up to each key's target (prewarm count or warm_per_key)."""
         started = 0
         for key in rt.pool.fill_plan():
@@ -57,91 +91,47 @@ class CreateMixin:
             if admission.ticket is None:
                 break
             started += 1
-            self._spawn(self._create(rt, admission.ticket), rt, name=f"warm-{rt.job_id}")
+            self._tasks.spawn(self.create(rt, admission.ticket), rt, name=f"warm-{rt.job_id}")
         return started
 
     # -- the owned create -------------------------------------------------------------------
-    async def _create(self, rt: JobRuntime, ticket: CreateTicket) -> None:
+    async def create(self, rt: JobRuntime, ticket: CreateTicket) -> None:
         """Create one sandbox for a ticket and settle it, whatever happens to its caller."""
-        key, info = ticket.key, rt.info
-        sandbox_id: int | None = None
-        sent = False
-        settled = False
-        t_admit = self._clock()
+        progress = _Progress()
         # An acquire waits for this create: its writes go ahead of warm builds' writes,
         # and a warm build first lets the acquires in flight finish (tasks.py).
-        db = self._db_now if ticket.purpose is Purpose.ACQUIRE else self._db
+        db = self._tasks.db_now if ticket.purpose is Purpose.ACQUIRE else self._tasks.db
         try:
             if ticket.purpose is Purpose.WARM:
-                await self._yield_to_acquires()
-            row = await db(
-                sandbox_request,
-                job_id=rt.job_id,
-                role=ticket.role,
-                image=key.image,
-                base_commit=key.base_commit,
-                cpu_millis=key.cpu_millis,
-                memory_bytes=key.memory_bytes,
-                workspace_bytes=key.workspace_bytes,
-                key_hash=key.hash,
-                backend=self.provider.name,
-                now=self._now(),
-            )
-            sandbox_id = ticket.sandbox_id = row.pk
-            await rt.pacer.acquire()
-            async with rt.slots:
-                queue_ms = (self._clock() - t_admit) * 1000.0
-                if rt.pool.draining:
-                    raise JobNotActive(f"job {rt.job_id} is draining")
-                owner = await self._owner_for(rt)  # before sending: a failure sends nothing
-                await db(sandbox_mark_creating, sandbox_id=row.pk, now=self._now())
-                sent = True
-                t_send = self._clock()
-                spec = self._spec(rt, ticket, row, owner)
-                handle = await self._settle(self.provider.create(spec))
-                await db(
-                    sandbox_record_handle,
-                    sandbox_id=row.pk,
-                    uid=handle.uid,
-                    ref=handle.ref,
-                    api_created_at=self._now(),
-                    now=self._now(),
-                )
-                ready = await self._settle(
-                    self.provider.wait_ready(handle, info.readiness_budget_s)
-                )
-                create_ms = (self._clock() - t_send) * 1000.0
-            ready_row = await db(sandbox_mark_ready, sandbox_id=row.pk, info=ready, now=self._now())
-            if info.reuse_enabled and ticket.role == Role.GRADING:
-                await self._take_baseline(rt, row.pk, ready_row.address, ready_row.token)
-            settled = True
+                await self._gate.wait_turn()
+            ready_row, queue_ms, create_ms = await self._run(rt, ticket, db, progress)
+            if rt.info.reuse_enabled and ticket.role == Role.GRADING:
+                await self._reuse.take_baseline(ready_row.pk, ready_row.address, ready_row.token)
+            progress.settled = True
             decision = rt.pool.settle(ticket, ready=True, agent_used=ready_row.agent_used)
             await self._apply_settlement(rt, ticket, decision, ready_row, queue_ms, create_ms)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            settled = True
+            progress.settled = True
             rt.pool.settle(ticket, ready=False)
             self._fail_waiter(rt, ticket, exc)
-            if sandbox_id is not None:
-                await self._fail_create(rt, sandbox_id, exc, sent=sent)
+            if progress.sandbox_id is not None:
+                await self._fail_create(rt, progress.sandbox_id, exc, sent=progress.sent)
         finally:
-            if not settled:
-                rt.pool.settle(ticket, ready=False)
-                self._fail_waiter(rt, ticket, ControllerUnavailable("the controller is stopping"))
-                if sandbox_id is not None and not self._stopping:
-                    self._spawn(self._delete_sandbox(rt, sandbox_id, reason="create_cancelled"), rt)
+            if not progress.settled:
+                self._abandon_unsettled(rt, ticket, progress)
             rt.waiters.pop(ticket.ticket_id, None)
             rt.notify()
 
-    def _spec(
-        self, rt: JobRuntime, ticket: CreateTicket, row: Any, owner: OwnerRef | None = None
-    ) -> SandboxSpec:
-        info, key = rt.info, ticket.key
-        return SandboxSpec(
-            name=row.name,
-            nonce=row.nonce,
-            token=row.token,
+    async def _run(
+        self, rt: JobRuntime, ticket: CreateTicket, db: DbCall, progress: _Progress
+    ) -> tuple[Sandbox, float, float]:
+        """Row, pacer, slot, send, Ready: the ready row, queue and create times (ms)."""
+        state, key, info = self._state, ticket.key, rt.info
+        t_admit = state.clock()
+        row = await db(
+            sandbox_request,
             job_id=rt.job_id,
             role=ticket.role,
             image=key.image,
@@ -149,57 +139,70 @@ class CreateMixin:
             cpu_millis=key.cpu_millis,
             memory_bytes=key.memory_bytes,
             workspace_bytes=key.workspace_bytes,
-            egress=info.egress,
             key_hash=key.hash,
-            owner=owner,
+            backend=state.backend,
+            now=state.now(),
         )
+        progress.sandbox_id = ticket.sandbox_id = row.pk
+        await rt.pacer.acquire()
+        async with rt.slots:
+            queue_ms = (state.clock() - t_admit) * 1000.0
+            if rt.pool.draining:
+                raise JobNotActive(f"job {rt.job_id} is draining")
+            owner = await self._ownership.owner_for(rt)  # before sending: failure sends nothing
+            await db(sandbox_mark_creating, sandbox_id=row.pk, now=state.now())
+            progress.sent = True
+            t_send = state.clock()
+            handle = await self._tasks.settle(state.provider.create(_spec(rt, ticket, row, owner)))
+            await db(
+                sandbox_record_handle,
+                sandbox_id=row.pk,
+                uid=handle.uid,
+                ref=handle.ref,
+                api_created_at=state.now(),
+                now=state.now(),
+            )
+            ready = await self._tasks.settle(
+                state.provider.wait_ready(handle, info.readiness_budget_s)
+            )
+            create_ms = (state.clock() - t_send) * 1000.0
+        ready_row = await db(sandbox_mark_ready, sandbox_id=row.pk, info=ready, now=state.now())
+        return ready_row, queue_ms, create_ms
+
+    def _abandon_unsettled(self, rt: JobRuntime, ticket: CreateTicket, progress: _Progress) -> None:
+        """Cancelled before settling: free the ticket, tell the waiter, delete the row's pod."""
+        rt.pool.settle(ticket, ready=False)
+        self._fail_waiter(rt, ticket, ControllerUnavailable("the controller is stopping"))
+        if progress.sandbox_id is not None and not self._state.stopping:
+            self._tasks.spawn(
+                self._deleter.delete_sandbox(rt, progress.sandbox_id, reason="create_cancelled"),
+                rt,
+            )
 
     async def _apply_settlement(
         self,
         rt: JobRuntime,
         ticket: CreateTicket,
         decision: Settle,
-        row: Any,
+        row: Sandbox,
         queue_ms: float,
         create_ms: float,
     ) -> None:
         if decision is Settle.HAND_OUT:
-            await self._db_now(
-                sandbox_hand_out,
-                sandbox_id=row.pk,
-                source=SandboxSource.CREATED.value,
-                role=ticket.role,
-                now=self._now(),
-            )
-            rt.pool.hand_out(row.pk, ticket.key)
-            waiter = rt.waiters.get(ticket.ticket_id)
-            if ticket.abandoned or waiter is None or waiter.done():
-                # The acquire gave up during the hand-out write: the pod carries the
-                # agent mark, so it is deleted, never made warm (Table 2, row 1).
-                rt.pool.forget(row.pk)
-                self._spawn(self._delete_sandbox(rt, row.pk, reason="late_after_hand_out"), rt)
-                return
-            waiter.set_result(
-                CreateOutcome(
-                    sandbox_id=row.pk,
-                    name=row.name,
-                    address=row.address,
-                    token=row.token,
-                    queue_ms=queue_ms,
-                    create_ms=create_ms,
-                )
-            )
+            await self._hand_out(rt, ticket, row, queue_ms, create_ms)
         elif decision is Settle.WARM:
             rt.refs[row.pk] = SandboxRef.of(row)
             rt.pool.add_warm(
-                WarmPod(sandbox_id=row.pk, key=ticket.key, since=self._clock(), role=ticket.role)
+                WarmPod(
+                    sandbox_id=row.pk, key=ticket.key, since=self._state.clock(), role=ticket.role
+                )
             )
             late = ticket.purpose is Purpose.ACQUIRE
-            await self._db(
+            await self._tasks.db(
                 sandbox_record_event,
                 sandbox_id=row.pk,
                 kind=events.WARM,
-                now=self._now(),
+                now=self._state.now(),
                 detail={"late": late, "create_ms": round(create_ms, 3)},
             )
         else:
@@ -212,9 +215,40 @@ class CreateMixin:
                 else ProviderError("the sandbox was marked used before its hand-out"),
             )
             reason = "job_draining" if draining else "late_agent_used"
-            await self._delete_sandbox(
+            await self._deleter.delete_sandbox(
                 rt, row.pk, reason=reason, kind=events.DRAINED if draining else ""
             )
+
+    async def _hand_out(
+        self, rt: JobRuntime, ticket: CreateTicket, row: Sandbox, queue_ms: float, create_ms: float
+    ) -> None:
+        await self._tasks.db_now(
+            sandbox_hand_out,
+            sandbox_id=row.pk,
+            source=SandboxSource.CREATED.value,
+            role=ticket.role,
+            now=self._state.now(),
+        )
+        rt.pool.hand_out(row.pk, ticket.key)
+        waiter = rt.waiters.get(ticket.ticket_id)
+        if ticket.abandoned or waiter is None or waiter.done():
+            # The acquire gave up during the hand-out write: the pod carries the
+            # agent mark, so it is deleted, never made warm (Table 2, row 1).
+            rt.pool.forget(row.pk)
+            self._tasks.spawn(
+                self._deleter.delete_sandbox(rt, row.pk, reason="late_after_hand_out"), rt
+            )
+            return
+        waiter.set_result(
+            CreateOutcome(
+                sandbox_id=row.pk,
+                name=row.name,
+                address=row.address,
+                token=row.token,
+                queue_ms=queue_ms,
+                create_ms=create_ms,
+            )
+        )
 
     def _fail_waiter(self, rt: JobRuntime, ticket: CreateTicket, exc: BaseException) -> None:
         waiter = rt.waiters.pop(ticket.ticket_id, None)
@@ -233,28 +267,50 @@ class CreateMixin:
         log.warning("create of sandbox %s failed: %s", sandbox_id, reason)
         # The backend's HTTP status when the provider reported one (detectors count 5xx);
         # our own error's status class says nothing about the API server.
-        extra = getattr(exc, "extra", None) or {}
+        extra = exc.extra if isinstance(exc, SandmanError) else {}
         status = extra.get("status", 0) if isinstance(extra, dict) else 0
+        now = self._state.now
         try:
             if not sent:
                 # Never sent: nothing on the backend to delete.
-                await self._db(
-                    sandbox_mark_gone, sandbox_id=sandbox_id, reason=reason, now=self._now()
+                await self._tasks.db(
+                    sandbox_mark_gone, sandbox_id=sandbox_id, reason=reason, now=now()
                 )
                 return
-            await self._db(
+            await self._tasks.db(
                 sandbox_fail,
                 sandbox_id=sandbox_id,
                 reason=reason,
-                now=self._now(),
+                now=now(),
                 detail={"status": status},
             )
             if isinstance(exc, ProviderConflict):
                 # Another workload holds the name: never touch its pod (window 25).
-                await self._db(
-                    sandbox_mark_gone, sandbox_id=sandbox_id, reason=reason, now=self._now()
+                await self._tasks.db(
+                    sandbox_mark_gone, sandbox_id=sandbox_id, reason=reason, now=now()
                 )
                 return
         except SandmanError:
             log.warning("recording the failed create of %s failed", sandbox_id, exc_info=True)
-        await self._delete_sandbox(rt, sandbox_id, reason="create_failed")
+        await self._deleter.delete_sandbox(rt, sandbox_id, reason="create_failed")
+
+
+def _spec(
+    rt: JobRuntime, ticket: CreateTicket, row: Sandbox, owner: OwnerRef | None = None
+) -> SandboxSpec:
+    info, key = rt.info, ticket.key
+    return SandboxSpec(
+        name=row.name,
+        nonce=row.nonce,
+        token=row.token,
+        job_id=rt.job_id,
+        role=ticket.role,
+        image=key.image,
+        base_commit=key.base_commit,
+        cpu_millis=key.cpu_millis,
+        memory_bytes=key.memory_bytes,
+        workspace_bytes=key.workspace_bytes,
+        egress=info.egress,
+        key_hash=key.hash,
+        owner=owner,
+    )

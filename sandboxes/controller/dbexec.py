@@ -30,6 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import connections
 
 T = TypeVar("T")
@@ -38,8 +39,6 @@ BACKGROUND = 1
 
 
 def default_workers() -> int:
-    from django.conf import settings
-
     engine = settings.DATABASES["default"]["ENGINE"]
     return 1 if engine.endswith("sqlite3") else 4
 

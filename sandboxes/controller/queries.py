@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Min
+from django.db.models import Min, Q
 
 from sandboxes.models import Job, PendingDelete, Sandbox
 from sandboxes.services.deletes import DeleteOrder
@@ -134,8 +134,6 @@ def names_with_rows(*, names: list[str], since: dt.datetime) -> set[str]:
     ``since`` is taken before the backend was listed: a sandbox whose delete was
     confirmed between the listing and this read was owned when listed.
     """
-    from django.db.models import Q
-
     owned: set[str] = set()
     for start in range(0, len(names), 500):
         chunk = names[start : start + 500]
@@ -177,7 +175,8 @@ def expired_in_use(*, now: dt.datetime, backend: str) -> list[SandboxRow]:
     )
     expired = []
     for s in candidates.iterator(chunk_size=500):
-        if s.acquired_at + dt.timedelta(seconds=s.job.max_lifetime_s) <= now:
+        acquired = s.acquired_at  # set on every in-use row; None only on a broken one
+        if acquired is not None and acquired + dt.timedelta(seconds=s.job.max_lifetime_s) <= now:
             expired.append(_row(s))
     return expired
 
@@ -203,8 +202,6 @@ def pending_deletes_due(
 
 
 def draining_job_ids() -> list[int]:
-    from sandboxes.states import JobState
-
     return list(Job.objects.filter(state=JobState.DRAINING).values_list("pk", flat=True))
 
 

@@ -1,6 +1,6 @@
 """Reconcile at start: make the database and the backend agree before serving.
 
-Rules (ARCHITECTURE.md §3 "Ownership"):
+Rules (paper §4.4, "what survives a restart"):
 * List the backend FIRST, then read the database (rows precede creates, so a listed
   sandbox without a row is not ours to keep).
 * A listed sandbox that is running and whose row is live (``ready`` or ``in_use``) in an
@@ -17,13 +17,19 @@ Rules (ARCHITECTURE.md §3 "Ownership"):
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 
 from sandboxes import events
 from sandboxes.controller import queries
+from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.queries import SandboxRow
 from sandboxes.controller.runtime import SandboxRef
+from sandboxes.controller.runtimes import Runtimes
+from sandboxes.controller.state import ControllerState
+from sandboxes.controller.tasks import TaskOwner
 from sandboxes.pool import PoolKey, WarmPod
+from sandboxes.providers.base import OwnedSandbox
 from sandboxes.services import (
     DeleteOrder,
     pending_delete_confirmed,
@@ -58,24 +64,68 @@ def _key(row: SandboxRow) -> PoolKey:
     )
 
 
-class ReconcileMixin:
-    """Start-up reconciliation of :class:`sandboxes.controller.core.Controller`."""
+class Reconciler:
+    """Start-up (and retried) agreement between the database and the backend."""
 
-    async def _reconcile(self) -> dict[str, int]:
-        now = self._now()
-        owned = {o.name: o for o in await self.provider.list_owned()}
-        rows = await self._db(queries.rows_not_deleted, backend=self.provider.name)
+    def __init__(
+        self, state: ControllerState, tasks: TaskOwner, runtimes: Runtimes, deleter: Deleter
+    ) -> None:
+        self._state = state
+        self._tasks = tasks
+        self._runtimes = runtimes
+        self._deleter = deleter
+
+    async def reconcile(self) -> dict[str, int]:
+        """Adopt, delete and end rows as the rules above say; return counts."""
+        state, db = self._state, self._tasks.db
+        now = state.now()
+        owned = {o.name: o for o in await state.provider.list_owned()}
+        rows = await db(queries.rows_not_deleted, backend=state.backend)
         counts = {"listed": len(owned), "adopted": 0, "deleted": 0, "unknown": 0, "gone": 0}
+        orders = await self._settle_listed(owned, rows, counts, now)
+        for row in rows:
+            if row.name not in owned:
+                counts["gone"] += 1
+                if row.state == SandboxState.DELETING:
+                    await db(pending_delete_confirmed, name=row.name, now=now)
+                else:
+                    await db(
+                        sandbox_mark_gone,
+                        sandbox_id=row.id,
+                        reason="no backend sandbox at controller start",
+                        now=now,
+                    )
+        for order in await db(
+            queries.pending_deletes_due, now=now, backend=state.backend, all_due=True
+        ):
+            if order.name not in owned:
+                await db(pending_delete_confirmed, name=order.name, now=now)
+            else:
+                orders.setdefault(order.name, order)
+        if orders:
+            await asyncio.gather(*(self._deleter.destroy(o) for o in orders.values()))
+        log.info("reconciled with the %s backend: %s", state.backend, counts)
+        return counts
+
+    async def _settle_listed(
+        self,
+        owned: dict[str, OwnedSandbox],
+        rows: list[SandboxRow],
+        counts: dict[str, int],
+        now: dt.datetime,
+    ) -> dict[str, DeleteOrder]:
+        """Adopt or persist the delete of every listed sandbox; the deletes to send."""
+        db = self._tasks.db
         orders: dict[str, DeleteOrder] = {}
         by_name = {row.name: row for row in rows}
         for name, item in owned.items():
             row = by_name.get(name)
             if row is None:
                 counts["unknown"] += 1
-                orders[name] = await self._db(
+                orders[name] = await db(
                     pending_delete_for_unknown,
                     name=name,
-                    backend=self.provider.name,
+                    backend=self._state.backend,
                     uid=item.uid,
                     nonce=item.nonce,
                     ref="",
@@ -87,37 +137,15 @@ class ReconcileMixin:
                 counts["adopted"] += 1
             else:
                 counts["deleted"] += 1
-                order = await self._db(
+                order = await db(
                     sandbox_begin_delete, sandbox_id=row.id, reason="reconcile", now=now
                 )
                 if order is not None:
                     orders[name] = order
-        for row in rows:
-            if row.name not in owned:
-                counts["gone"] += 1
-                if row.state == SandboxState.DELETING:
-                    await self._db(pending_delete_confirmed, name=row.name, now=now)
-                else:
-                    await self._db(
-                        sandbox_mark_gone,
-                        sandbox_id=row.id,
-                        reason="no backend sandbox at controller start",
-                        now=now,
-                    )
-        for order in await self._db(
-            queries.pending_deletes_due, now=now, backend=self.provider.name, all_due=True
-        ):
-            if order.name not in owned:
-                await self._db(pending_delete_confirmed, name=order.name, now=now)
-            else:
-                orders.setdefault(order.name, order)
-        if orders:
-            await asyncio.gather(*(self._destroy(o) for o in orders.values()))
-        log.info("reconciled with the %s backend: %s", self.provider.name, counts)
-        return counts
+        return orders
 
     async def _adopt(self, row: SandboxRow) -> None:
-        rt = await self._runtime(row.job_id)
+        rt = await self._runtimes.get(row.job_id)
         key = _key(row)
         if row.state == SandboxState.IN_USE:
             rt.pool.hand_out(row.id, key)
@@ -127,15 +155,15 @@ class ReconcileMixin:
                 WarmPod(
                     sandbox_id=row.id,
                     key=key,
-                    since=self._clock(),
+                    since=self._state.clock(),
                     role=row.role,
                     reused=row.reuse_count > 0,
                 )
             )
-        await self._db(
+        await self._tasks.db(
             sandbox_record_event,
             sandbox_id=row.id,
             kind=events.ADOPTED,
-            now=self._now(),
+            now=self._state.now(),
             detail={"state": row.state},
         )

@@ -1,66 +1,48 @@
 """Plumbing between callers' threads and the controller's loop: calls, owned tasks.
 
-* ``_call`` / ``_acall`` submit a coroutine to the loop from a view's thread (blocking)
-  or from another event loop (awaiting); every submitted call is tracked so ``stop()``
+* :meth:`TaskOwner.tracked` wraps every call the facade submits to the loop, so ``stop()``
   can cancel it and its caller gets ``ControllerUnavailable``, never a hang.
-* ``_spawn`` starts a task the CONTROLLER owns (creates, deletes, checks): it is not
-  cancelled when the caller goes away, only at shutdown.
-* ``_settle`` runs one backend call to settlement even if the awaiting task is cancelled
-  (except at shutdown), so cleanup code always knows the call is over.
-* ``_db`` runs ORM code on the controller's database threads, never on the loop;
-  ``_db_now`` does so ahead of queued background work (a caller waits for it).
+* :meth:`TaskOwner.spawn` starts a task the CONTROLLER owns (creates, deletes, checks): it
+  is not cancelled when the caller goes away, only at shutdown.
+* :meth:`TaskOwner.settle` runs one backend call to settlement even if the awaiting task is
+  cancelled (except at shutdown), so cleanup code always knows the call is over.
+* :meth:`TaskOwner.db` runs ORM code on the controller's database threads, never on the
+  loop; :meth:`TaskOwner.db_now` does so ahead of queued background work (a caller waits).
+* :class:`AcquireGate` lets work nobody waits for step aside while acquires are in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from sandboxes.controller.dbexec import URGENT
 from sandboxes.controller.runtime import JobRuntime
-from sandman_site.errors import ControllerUnavailable
+from sandboxes.controller.state import ControllerState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class TaskMixin:
-    """Loop plumbing of :class:`sandboxes.controller.core.Controller`."""
+class TaskOwner:
+    """Owns every task and backend call of one started controller (its loop thread only)."""
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        loop = self._loop
-        if not self.started or loop is None or self._stopping:
-            coro.close()
-            raise ControllerUnavailable("the sandbox controller is not running")
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("the controller's facade must not be called from its own loop")
-        future = asyncio.run_coroutine_threadsafe(self._tracked(coro), loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.CancelledError as exc:
-            raise ControllerUnavailable("the sandbox controller stopped") from exc
-        except concurrent.futures.TimeoutError as exc:
-            future.cancel()
-            raise ControllerUnavailable("the controller did not answer in time") from exc
+    def __init__(self, state: ControllerState) -> None:
+        self._state = state
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._calls: set[asyncio.Task[Any]] = set()
+        self._inner: set[asyncio.Future[Any]] = set()
+        self._background: list[asyncio.Task[Any]] = []
 
-    async def _acall(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
-        if not self.started or loop is None or self._stopping:
-            coro.close()
-            raise ControllerUnavailable("the sandbox controller is not running")
-        future = asyncio.run_coroutine_threadsafe(self._tracked(coro), loop)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
+    @property
+    def owned(self) -> list[asyncio.Task[Any]]:
+        """The owned tasks (creates, deletes, checks) not finished yet, as a snapshot."""
+        return list(self._tasks)
 
-    async def _tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def tracked(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a facade call, known to ``shutdown`` while it runs."""
         task = asyncio.current_task()
         assert task is not None
         self._calls.add(task)
@@ -69,17 +51,15 @@ class TaskMixin:
         finally:
             self._calls.discard(task)
 
-    async def _db(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    async def db(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Background priority: creates', deletes' and sweeps' bookkeeping."""
-        assert self._db_exec is not None
-        return await self._db_exec.run(fn, *args, **kwargs)
+        return await self._state.db.run(fn, *args, **kwargs)
 
-    async def _db_now(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    async def db_now(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Urgent priority: a caller is waiting for this write (hand-out, release)."""
-        assert self._db_exec is not None
-        return await self._db_exec.run(fn, *args, priority=URGENT, **kwargs)
+        return await self._state.db.run(fn, *args, priority=URGENT, **kwargs)
 
-    def _spawn(
+    def spawn(
         self, coro: Coroutine[Any, Any, T], rt: JobRuntime | None = None, *, name: str = ""
     ) -> asyncio.Task[T]:
         """Start a task the controller owns (not the caller); errors are logged."""
@@ -99,35 +79,7 @@ class TaskMixin:
         task.add_done_callback(done)
         return task
 
-    # -- acquires first ---------------------------------------------------------------------
-    def _acquire_started(self) -> None:
-        self._acquiring += 1
-        if self._no_acquires is None:
-            self._no_acquires = asyncio.Event()
-        self._no_acquires.clear()
-
-    def _acquire_ended(self) -> None:
-        self._acquiring -= 1
-        if self._acquiring == 0 and self._no_acquires is not None:
-            self._no_acquires.set()
-
-    async def _yield_to_acquires(self) -> None:
-        """Wait until no acquire is in flight, at most ``yield_to_acquires_s``.
-
-        Work nobody waits for (a warm build replacing a hand-out, the delete after a
-        release) runs in the same interpreter as the hand-outs of a burst: spawning a
-        sandbox, its records and its database rows would otherwise delay every answer
-        of the burst. The bound keeps a steady stream of acquires from starving it.
-        """
-        event = self._no_acquires
-        if self._acquiring == 0 or event is None or self.yield_to_acquires_s <= 0:
-            return
-        try:
-            await asyncio.wait_for(event.wait(), self.yield_to_acquires_s)
-        except TimeoutError:
-            pass
-
-    async def _settle(self, awaitable: Awaitable[T]) -> T:
+    async def settle(self, awaitable: Awaitable[T]) -> T:
         """Run a backend call to settlement even if the awaiting task is cancelled.
 
         Only shutdown abandons the wait. Any other cancellation waits for the call to
@@ -146,22 +98,93 @@ class TaskMixin:
                 result = await asyncio.shield(inner)
                 break
             except asyncio.CancelledError:
-                if inner.done() or self._stopping:
+                if inner.done() or self._state.stopping:
                     raise
                 cancelled = True
         if cancelled:
             raise asyncio.CancelledError()
         return result
 
-    async def _periodic(self, interval: float, work: Callable[[], Awaitable[Any]]) -> None:
-        while True:
-            await asyncio.sleep(interval)  # a period between rounds, not synchronisation
-            try:
-                await work()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("periodic controller work %s failed", work.__name__)
+    def every(self, interval: float, work: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``work`` every ``interval`` seconds until shutdown; a failed round is logged."""
+        self._background.append(asyncio.create_task(_periodic(interval, work)))
+
+    async def wait_idle(self) -> None:
+        """Return once every owned task has finished (new ones included)."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    async def shutdown(self) -> None:
+        """Cancel periodic work, calls and owned tasks; let backend calls already sent end."""
+        everything = [*self._background, *self._calls, *self._tasks]
+        for task in everything:
+            task.cancel()
+        if everything:
+            await asyncio.wait(everything, timeout=30)
+        # Cancelled work may have spawned its own bookkeeping (e.g. recording a cancelled
+        # acquisition): let it finish rather than destroy it pending, then cancel stragglers.
+        late = [t for t in (*self._calls, *self._tasks) if not t.done()]
+        if late:
+            await asyncio.wait(late, timeout=10)
+            for task in late:
+                task.cancel()
+            await asyncio.wait(late, timeout=5)
+        # Backend calls already sent finish (or time out) before the provider closes.
+        inner = [f for f in self._inner if not f.done()]
+        if inner:
+            await asyncio.wait(inner, timeout=15)
+
+
+class AcquireGate:
+    """Counts acquires in flight; background work waits (bounded) until there are none.
+
+    Work nobody waits for (a warm build replacing a hand-out, the delete after a release)
+    runs in the same interpreter as the hand-outs of a burst: spawning a sandbox, its
+    records and its database rows would otherwise delay every answer of the burst. The
+    bound (``yield_s``) keeps a steady stream of acquires from starving it.
+    """
+
+    def __init__(self, yield_s: float) -> None:
+        self.yield_s = yield_s
+        self._acquiring = 0
+        self._none_in_flight: asyncio.Event | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Acquires started and not ended."""
+        return self._acquiring
+
+    def started(self) -> None:
+        self._acquiring += 1
+        if self._none_in_flight is None:
+            self._none_in_flight = asyncio.Event()
+        self._none_in_flight.clear()
+
+    def ended(self) -> None:
+        self._acquiring -= 1
+        if self._acquiring == 0 and self._none_in_flight is not None:
+            self._none_in_flight.set()
+
+    async def wait_turn(self) -> None:
+        """Wait until no acquire is in flight, at most ``yield_s`` seconds."""
+        event = self._none_in_flight
+        if self._acquiring == 0 or event is None or self.yield_s <= 0:
+            return
+        try:
+            await asyncio.wait_for(event.wait(), self.yield_s)
+        except TimeoutError:
+            return  # the bound: background work goes on beside the acquires
+
+
+async def _periodic(interval: float, work: Callable[[], Awaitable[Any]]) -> None:
+    while True:
+        await asyncio.sleep(interval)  # a period between rounds, not synchronisation
+        try:
+            await work()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("periodic controller work %s failed", work.__name__)
 
 
 def _retrieve_outcome(future: asyncio.Future[Any]) -> None:

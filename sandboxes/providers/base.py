@@ -13,6 +13,8 @@ Ordering rules a backend must keep (paper §4.4, Appendix F):
   without our nonce is ``ProviderConflict`` and the pod is left alone.
 * ``destroy`` is idempotent: "already gone" is success. A failure raises; the caller
   keeps the handle in its pending-delete set and retries.
+* The protocol declares EVERYTHING the controller calls. A backend without owners or
+  anchors (``local``) implements those methods as no-ops; nobody probes with ``getattr``.
 """
 
 from __future__ import annotations
@@ -122,4 +124,30 @@ class Provider(Protocol):
 
     async def close(self) -> None:
         """Release clients, threads and child processes."""
+        ...
+
+    async def owner_for(self, job_id: int, trainer: OwnerRef | None) -> OwnerRef | None:
+        """The owner a create of this job names: ``trainer`` when the backend can use it,
+        else the job's anchor (created on first use); a backend without owners returns
+        ``trainer`` and ignores it."""
+        ...
+
+    async def delete_anchor(self, job_id: int) -> None:
+        """Delete the drained job's anchor, if it has one; raise ``ProviderError`` to retry."""
+        ...
+
+    async def list_anchors(self) -> list[int]:
+        """The job ids of every anchor the backend holds (none without anchors)."""
+        ...
+
+    async def flush_pending(self) -> int:
+        """Try every delete the backend itself still holds pending, now; how many confirmed."""
+        ...
+
+    def check_image(self, image: str, base_commit: str | None) -> bool | None:
+        """Judge an image before anything is created (cheap, synchronous, no loop needed).
+
+        True: known good; False: unknown image (the API answers ``unknown_image``);
+        None: the backend cannot tell before a pull.
+        """
         ...

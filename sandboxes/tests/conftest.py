@@ -26,6 +26,7 @@ import pytest
 from django.conf import settings
 
 from sandboxes.controller import Controller, set_controller
+from sandman_site.wiring import build_controller
 
 
 def local_provider(root: Path, *, isolation: str | None = None, cls: type | None = None, **kw: Any):
@@ -89,11 +90,18 @@ def make_controller(
     built: list[Controller] = []
 
     def build(
-        *, provider: Any = None, isolation: str | None = None, start: bool = True, **kw: Any
+        *,
+        provider: Any = None,
+        isolation: str | None = None,
+        start: bool = True,
+        wired: bool = False,
+        **kw: Any,
     ) -> Controller:
+        """``wired``: built by the service's start-up wiring (with the incidents hooks)."""
         kw.setdefault("sweep_interval_s", 0)  # tests call sweep() themselves
         kw.setdefault("maintenance_interval_s", 0.2)
-        controller = Controller(
+        make = build_controller if wired else Controller
+        controller = make(
             provider=provider or local_provider(sandbox_root, isolation=isolation), **kw
         )
         built.append(controller)

@@ -286,7 +286,7 @@ def test_an_acquire_behind_the_job_bucket_waits_in_the_pacer_and_reports_that_wa
         wait_until(lambda: controller.pacer_queue_length() == 1, what="a create queued")
         assert Sandbox.objects.filter(job=job).count() == 2  # its row precedes the create
         assert not second.done()
-        controller._loop.call_soon_threadsafe(clock.advance, 5.0)  # the loop owns the clock
+        controller.loop.call_soon_threadsafe(clock.advance, 5.0)  # the loop owns the clock
         got = second.result(timeout=60)
     assert got.source == "created" and got.queue_ms >= 5000 and got.wait_ms >= got.queue_ms
     assert controller.pacer_queue_length() == 0

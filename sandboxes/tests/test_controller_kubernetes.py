@@ -45,7 +45,7 @@ def prewarm_key(count: int = 1, **over) -> PrewarmKey:
 
 
 def advance(controller, clock: FakeClock, seconds: float) -> None:
-    controller._loop.call_soon_threadsafe(clock.advance, seconds)  # the loop owns the clock
+    controller.loop.call_soon_threadsafe(clock.advance, seconds)  # the loop owns the clock
 
 
 def test_an_acquire_creates_a_sandbox_that_runs_commands_and_release_deletes_it(backend):

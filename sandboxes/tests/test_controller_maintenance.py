@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import events
-from sandboxes.controller import PrewarmKey
+from sandboxes.controller import ControllerHooks, PrewarmKey
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
 from sandboxes.pacing import FakeClock
 from sandboxes.tests.controller_support import (
@@ -74,8 +74,9 @@ def test_a_sandbox_held_past_its_jobs_lifetime_is_reclaimed(clocked, clock, sand
 
 
 def test_the_sweep_deletes_an_ownerless_sandbox_reports_counts_and_spares_owned_ones(
-    controller, sandbox_root
+    make_controller, sandbox_root
 ):
+    controller = make_controller(wired=True)  # the service's wiring: the incidents hooks
     job = make_job()
     owned = controller.acquire(**acquire_args(job))
     owned_pid = pid_of(sandbox_root, owned.name)
@@ -91,6 +92,7 @@ def test_the_sweep_deletes_an_ownerless_sandbox_reports_counts_and_spares_owned_
         "failed": 0,
     }
     assert report["names"] == [stray]
+    assert report["hook_failures"] == 0
     assert not process_alive(stray_pid) and not (sandbox_root / stray).exists()
     assert process_alive(owned_pid) and state(owned.sandbox_id) == "in_use"
     assert PendingDelete.objects.count() == 0
@@ -105,3 +107,24 @@ def test_the_sweep_deletes_an_ownerless_sandbox_reports_counts_and_spares_owned_
     assert drafts.count() == 1
     assert drafts.get().status == "open"
     assert list(OwnerlessPod.objects.values_list("name", flat=True)) == [stray]
+
+
+def test_a_sweep_hook_that_raises_is_logged_with_its_traceback_and_counted(
+    make_controller, sandbox_root, caplog
+):
+    seen: list[list[str]] = []
+
+    def boom(now) -> None:
+        raise RuntimeError("detectors are broken")
+
+    hooks = ControllerHooks(ownerless_found=lambda names, now: seen.append(names), after_sweep=boom)
+    controller = make_controller(hooks=hooks)
+    stray, _ = create_unknown_sandbox(sandbox_root)
+
+    with caplog.at_level("ERROR", logger="sandboxes.controller.hooks"):
+        report = controller.sweep()
+    assert report["deleted"] == 1 and report["hook_failures"] == 1
+    assert seen == [[stray]]  # the other hook still ran, with what the sweep found
+    failed = [r for r in caplog.records if "after_sweep" in r.getMessage()]
+    assert failed and failed[0].exc_info and "detectors are broken" in str(failed[0].exc_info[1])
+    assert controller.sweep()["hook_failures"] == 1  # every sweep calls it again, and counts

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from sandboxes.controller.dbexec import BACKGROUND, URGENT, DbExecutor
+from sandboxes.controller.tasks import AcquireGate
 
 
 def test_an_urgent_call_runs_before_background_calls_queued_ahead_of_it() -> None:
@@ -52,26 +53,22 @@ async def test_an_error_reaches_the_caller_and_the_worker_keeps_serving() -> Non
 
 @pytest.mark.asyncio
 async def test_background_work_waits_for_the_acquires_in_flight_and_no_longer() -> None:
-    from sandboxes.controller import Controller
-
-    controller = Controller(provider=object(), yield_to_acquires_s=30.0)  # never started
-    await controller._yield_to_acquires()  # nothing in flight: no wait at all
-    controller._acquire_started()
-    controller._acquire_started()
-    waiting = asyncio.ensure_future(controller._yield_to_acquires())
+    gate = AcquireGate(yield_s=30.0)
+    await gate.wait_turn()  # nothing in flight: no wait at all
+    gate.started()
+    gate.started()
+    waiting = asyncio.ensure_future(gate.wait_turn())
     await asyncio.sleep(0)  # one turn of the loop: it must still be waiting
-    controller._acquire_ended()
+    gate.ended()
     await asyncio.sleep(0)
     assert not waiting.done()  # one acquire is still in flight
-    controller._acquire_ended()
+    gate.ended()
     await asyncio.wait_for(waiting, 30)
 
 
 @pytest.mark.asyncio
 async def test_a_steady_stream_of_acquires_delays_background_work_only_up_to_the_bound() -> None:
-    from sandboxes.controller import Controller
-
-    controller = Controller(provider=object(), yield_to_acquires_s=0.01)
-    controller._acquire_started()  # never ends
-    await asyncio.wait_for(controller._yield_to_acquires(), 30)  # returns at the bound
-    assert controller._acquiring == 1
+    gate = AcquireGate(yield_s=0.01)
+    gate.started()  # never ends
+    await asyncio.wait_for(gate.wait_turn(), 30)  # returns at the bound
+    assert gate.in_flight == 1

@@ -41,9 +41,15 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandboxes.providers.base import Handle, OwnedSandbox, ReadyInfo, SandboxSpec
+from sandboxes.providers.base import Handle, OwnedSandbox, OwnerRef, ReadyInfo, SandboxSpec
 from sandboxes.providers.local import cgroups, procs, records, wire
-from sandboxes.providers.local.images import ImageSource, chown_tree, materialize, resolve_image
+from sandboxes.providers.local.images import (
+    ImageSource,
+    chown_tree,
+    materialize,
+    resolve_image,
+    validate_image,
+)
 from sandboxes.providers.local.runtime import MODES, Runtime, detect
 from sandboxes.providers.local.spawn import Live, Plan, spawn
 from sandman_site.errors import (
@@ -51,6 +57,7 @@ from sandman_site.errors import (
     InvalidInput,
     ProviderConflict,
     ProviderError,
+    UnknownImage,
 )
 
 log = logging.getLogger(__name__)
@@ -414,3 +421,28 @@ class LocalProvider:
             entry.users -= 1
             if entry.users == 0:
                 self._locks.pop(name, None)
+
+    # --- the rest of the Provider protocol: no owners, no anchors, no pending set ----------
+
+    async def owner_for(self, job_id: int, trainer: OwnerRef | None) -> OwnerRef | None:
+        """Local sandboxes have no owner references: ``trainer`` is returned unused."""
+        return trainer
+
+    async def delete_anchor(self, job_id: int) -> None:
+        """No anchors on this backend."""
+
+    async def list_anchors(self) -> list[int]:
+        """No anchors on this backend."""
+        return []
+
+    async def flush_pending(self) -> int:
+        """Deletes here run to confirmation in ``destroy``: nothing is left pending."""
+        return 0
+
+    def check_image(self, image: str, base_commit: str | None) -> bool | None:
+        """True if a create with this image would start; False if it would be refused."""
+        try:
+            validate_image(image, base_commit, images_dir=self.images_dir)
+        except UnknownImage:
+            return False
+        return True

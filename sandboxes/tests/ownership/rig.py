@@ -303,7 +303,7 @@ class Trial:
         if on_loop(controller, lambda: clock.sleepers):
             self.expire(BUDGET_S + 1)
         return all(c.done() for c in self.calls) and on_loop(
-            controller, lambda: not controller._tasks
+            controller, lambda: not controller.owned_tasks()
         )
 
     def check_clean(self) -> None:

@@ -136,8 +136,8 @@ def on_loop(controller: Controller, fn: Callable[..., T], *args: Any) -> T:
     async def run() -> T:
         return fn(*args)
 
-    assert controller._loop is not None
-    return asyncio.run_coroutine_threadsafe(run(), controller._loop).result(timeout=30)
+    assert controller.loop is not None
+    return asyncio.run_coroutine_threadsafe(run(), controller.loop).result(timeout=30)
 
 
 def cancel_tasks(controller: Controller, prefix: str, *, exact: bool = False) -> list[str]:
@@ -147,7 +147,7 @@ def cancel_tasks(controller: Controller, prefix: str, *, exact: bool = False) ->
         return name == prefix if exact else name.startswith(prefix)
 
     def cancel() -> list[str]:
-        hit = [t for t in controller._tasks if named(t.get_name()) and not t.done()]
+        hit = [t for t in controller.owned_tasks() if named(t.get_name()) and not t.done()]
         for task in hit:
             task.cancel()
         return [t.get_name() for t in hit]
@@ -162,8 +162,8 @@ def advance(controller: Controller, clock: FakeClock, seconds: float) -> None:
         clock.advance(seconds)
         await asyncio.sleep(0)
 
-    assert controller._loop is not None
-    asyncio.run_coroutine_threadsafe(run(), controller._loop).result(timeout=30)
+    assert controller.loop is not None
+    asyncio.run_coroutine_threadsafe(run(), controller.loop).result(timeout=30)
 
 
 class Caller:

@@ -88,7 +88,7 @@ def w04(t: Trial) -> None:
     t.reached(warm_build)  # the warm build holds the job's only create slot
     t.subject = ""
     call = t.acquire(timeout_s=TIMEOUT_S)
-    rt = on_loop(t.controller, lambda: t.controller._runtimes[t.job.pk])
+    rt = on_loop(t.controller, lambda: t.controller.job_runtime(t.job.pk))
     wait_until(
         lambda: on_loop(t.controller, lambda: len(rt.slots._waiters or ())) == 1,
         what="the acquire's create waiting for a create slot",

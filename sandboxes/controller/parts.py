@@ -1,0 +1,124 @@
+"""The controller's collaborators, built together for one ``start()`` from one state.
+
+Each collaborator receives in its constructor only what it uses; they share nothing but
+the :class:`ControllerState` and each other's PUBLIC methods. The order of construction is
+the dependency order (no collaborator needs one built after it):
+
+    TaskOwner, AcquireGate -> Runtimes, Deleter, Ownership, ReuseChecker -> CreateRunner,
+    WarmHandOut -> Acquirer, Drainer -> Releaser, Reconciler -> MaintenanceRunner, Sweeper
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sandboxes.controller.acquire import Acquirer
+from sandboxes.controller.creates import CreateRunner
+from sandboxes.controller.deletes import Deleter
+from sandboxes.controller.drain import Drainer
+from sandboxes.controller.hooks import ControllerHooks
+from sandboxes.controller.lifecycle import Releaser
+from sandboxes.controller.maintenance import MaintenanceRunner
+from sandboxes.controller.ownership import Ownership
+from sandboxes.controller.reconcile import Reconciler
+from sandboxes.controller.reuse import ReuseChecker
+from sandboxes.controller.runtimes import Runtimes
+from sandboxes.controller.state import ControllerState
+from sandboxes.controller.sweep import Sweeper
+from sandboxes.controller.tasks import AcquireGate, TaskOwner
+from sandboxes.controller.warm import WarmHandOut
+from sandman_site.errors import ControllerUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Timeouts and bounds of one controller (constructor arguments of the facade)."""
+
+    health_timeout_s: float = 5.0
+    execd_timeout_s: float = 120.0
+    yield_to_acquires_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Every collaborator of one started controller."""
+
+    state: ControllerState
+    tasks: TaskOwner
+    gate: AcquireGate
+    runtimes: Runtimes
+    deleter: Deleter
+    reuse: ReuseChecker
+    creates: CreateRunner
+    acquirer: Acquirer
+    drainer: Drainer
+    releaser: Releaser
+    reconciler: Reconciler
+    maintenance: MaintenanceRunner
+    sweeper: Sweeper
+
+    @classmethod
+    def build(cls, state: ControllerState, hooks: ControllerHooks, tuning: Tuning) -> Parts:
+        tasks = TaskOwner(state)
+        gate = AcquireGate(tuning.yield_to_acquires_s)
+        runtimes = Runtimes(state, tasks)
+        deleter = Deleter(state, tasks, gate)
+        ownership = Ownership(state)
+        reuse = ReuseChecker(tasks, state.now, tuning.execd_timeout_s)
+        creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse)
+        warm = WarmHandOut(state, tasks, deleter, tuning.health_timeout_s)
+        acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm)
+        drainer = Drainer(state, tasks, runtimes, deleter, ownership)
+        releaser = Releaser(state, tasks, runtimes, deleter, creates, reuse)
+        reconciler = Reconciler(state, tasks, runtimes, deleter)
+        maintenance = MaintenanceRunner(
+            state, tasks, runtimes, deleter, creates, drainer, reconciler
+        )
+        return cls(
+            state=state,
+            tasks=tasks,
+            gate=gate,
+            runtimes=runtimes,
+            deleter=deleter,
+            reuse=reuse,
+            creates=creates,
+            acquirer=acquirer,
+            drainer=drainer,
+            releaser=releaser,
+            reconciler=reconciler,
+            maintenance=maintenance,
+            sweeper=Sweeper(state, tasks, deleter, hooks),
+        )
+
+    async def stats(self) -> dict[str, Any]:
+        """Pacer queues and pool books per job (loop thread)."""
+        state = self.state
+        return {
+            "started": True,
+            "reconciled": state.reconciled,
+            "cluster_queue": state.cluster.queue_length,
+            "jobs": {
+                job_id: {**rt.pool.snapshot(), "queue": rt.pacer.queue_length}
+                for job_id, rt in state.runtimes.items()
+            },
+        }
+
+    async def shutdown(self) -> None:
+        """Cancel everything, fail the waiters, close the buckets, the session, the provider."""
+        state = self.state
+        await self.tasks.shutdown()
+        for rt in state.runtimes.values():
+            rt.pacer.close()
+            for fut in rt.waiters.values():
+                if not fut.done():
+                    fut.set_exception(ControllerUnavailable("the controller is stopping"))
+        state.cluster.close()
+        await self.reuse.close()
+        try:
+            await state.provider.close()
+        except Exception:  # a provider that fails to close must not stop the shutdown
+            log.exception("closing the provider failed")
