@@ -32,8 +32,8 @@ from sandboxes.tests.controller_support import (
 )
 from sandboxes.tests.ownership import backends
 from sandboxes.tests.ownership.support import NS, pod_container
-from sandboxes.tests.standin.conftest import core_for
 from sandman_site.errors import AcquireTimeout, JobNotActive, PoolCapReached
+from standin.tests.conftest import core_for
 
 backend = backends.backend  # the fixture: [local] and [kubernetes]
 

@@ -19,8 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from sandboxes.standin import AddressModel, NodeSpec, StandinCluster
-from sandboxes.standin.kubeconfig import write_kubeconfig
+from standin import AddressModel, NodeSpec, StandinCluster
+from standin.kubeconfig import write_kubeconfig
 
 
 class Command(BaseCommand):

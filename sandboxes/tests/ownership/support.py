@@ -32,8 +32,8 @@ from sandboxes.controller import Controller
 from sandboxes.models import PendingDelete, Sandbox
 from sandboxes.pacing import FakeClock
 from sandboxes.providers.kubernetes import KubernetesConfig, KubernetesProvider, build_api_client
-from sandboxes.standin import StandinCluster
 from sandboxes.states import SandboxState
+from standin import StandinCluster
 
 T = TypeVar("T")
 NS = "sandman-e2e"

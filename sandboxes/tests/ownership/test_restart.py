@@ -30,7 +30,6 @@ from django.db import connection
 from sandboxes import labels as L
 from sandboxes.controller import Controller
 from sandboxes.models import Job, PendingDelete, Sandbox
-from sandboxes.standin import StandinCluster
 from sandboxes.tests.controller_support import IMAGE, SPEC, acquire_args, execd, make_job
 from sandboxes.tests.ownership.support import (
     NS,
@@ -43,6 +42,7 @@ from sandboxes.tests.ownership.support import (
     sandman_pods,
     wait_until,
 )
+from standin import StandinCluster
 
 REPO = Path(__file__).resolve().parents[3]
 

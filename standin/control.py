@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sandboxes.standin.gates import Gate
+from standin.gates import Gate
 
 if TYPE_CHECKING:
-    from sandboxes.standin.cluster import StandinCluster
+    from standin.cluster import StandinCluster
 
 
 def add_routes(app: web.Application, cluster: StandinCluster) -> None:

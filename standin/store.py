@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sandboxes.standin.selectors import (
+from standin.selectors import (
     FieldRequirement,
     Requirement,
     fields_match,

@@ -20,15 +20,15 @@ from typing import Any
 
 from aiohttp import web
 
-from sandboxes import labels as L
-from sandboxes.standin.gates import GateContext, GateRegistry
-from sandboxes.standin.kubelet import prepare_pod
-from sandboxes.standin.patching import json_patch, merge_patch
-from sandboxes.standin.plans import ACTIONS, PlanRegistry
-from sandboxes.standin.selectors import SelectorError, parse_field_selector, parse_label_selector
-from sandboxes.standin.stats import RequestStats
-from sandboxes.standin.status import status_body
-from sandboxes.standin.store import CLOSE, KINDS, Gone, Store, StoreError, Watcher
+from standin import keys as K
+from standin.gates import GateContext, GateRegistry
+from standin.kubelet import prepare_pod
+from standin.patching import json_patch, merge_patch
+from standin.plans import ACTIONS, PlanRegistry
+from standin.selectors import SelectorError, parse_field_selector, parse_label_selector
+from standin.stats import RequestStats
+from standin.status import status_body
+from standin.store import CLOSE, KINDS, Gone, Store, StoreError, Watcher
 
 JSON = "application/json"
 PATCH_TYPES = (
@@ -267,7 +267,7 @@ class ApiServer:
             if stamp:
                 meta["annotations"] = {
                     **(meta.get("annotations") or {}),
-                    L.STANDIN_CREATED_AT: stamp,
+                    K.CREATED_AT: stamp,
                 }
                 body["metadata"] = meta
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes import config as kube_config
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_command_writes_a_kubeconfig_serves_and_stops_on_sigterm(tmp_path: Path) -> None:

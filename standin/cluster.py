@@ -26,20 +26,20 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from sandboxes.standin import control
-from sandboxes.standin.events import EventLog
-from sandboxes.standin.execd_runner import ExecdRunner
-from sandboxes.standin.gates import GateRegistry
-from sandboxes.standin.gc import GarbageCollector
-from sandboxes.standin.kubeconfig import write_kubeconfig
-from sandboxes.standin.kubelet import Kubelet, Timings, prepare_pod
-from sandboxes.standin.plans import PlanRegistry
-from sandboxes.standin.scheduler import AddressModel, NodeSpec, Scheduler, make_nodes
-from sandboxes.standin.server import ApiServer
-from sandboxes.standin.sim import Simulation
-from sandboxes.standin.stats import RequestStats
-from sandboxes.standin.status import rfc3339
-from sandboxes.standin.store import Store
+from standin import control
+from standin.events import EventLog
+from standin.execd_runner import ExecdRunner
+from standin.gates import GateRegistry
+from standin.gc import GarbageCollector
+from standin.kubeconfig import write_kubeconfig
+from standin.kubelet import Kubelet, Timings, prepare_pod
+from standin.plans import PlanRegistry
+from standin.scheduler import AddressModel, NodeSpec, Scheduler, make_nodes
+from standin.server import ApiServer
+from standin.sim import Simulation
+from standin.stats import RequestStats
+from standin.status import rfc3339
+from standin.store import Store
 
 T = TypeVar("T")
 
