@@ -124,6 +124,7 @@ class ExecdRunner:
             await _stop_process(proc)
             err = (directory / "execd.stderr").read_bytes()[-2000:].decode(errors="replace")
             raise ExecdStartError(f"first line {line!r}; stderr: {err}")
+        assert proc.stdout is not None  # started with stdout=PIPE
         drain = asyncio.get_running_loop().create_task(_drain(proc.stdout))
         port = int(match.group(2))
         self._running[key] = _Running(proc, directory, port, drain)

@@ -164,6 +164,7 @@ class ApiServer:
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
         watcher = Watcher(resource, ns, labels, fields, bookmarks)
+        live: Watcher | None = watcher  # None once the answer is a 410 ERROR event
         try:
             initial = self.store.subscribe(watcher, q.get("resourceVersion"))
         except StoreError as exc:
@@ -172,7 +173,7 @@ class ApiServer:
             body = status_body(410, str(gone), reason="Expired")
             if self.gone_mode == "http":
                 return web.json_response(body, status=410)
-            initial, watcher = [{"type": "ERROR", "object": body}], None
+            initial, live = [{"type": "ERROR", "object": body}], None
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
         self.stats.watch_opened()
@@ -180,14 +181,14 @@ class ApiServer:
             await resp.prepare(request)
             for event in initial:
                 await resp.write(json.dumps(event).encode() + b"\n")
-            if watcher is not None:
-                await self._pump(resp, watcher, timeout)
+            if live is not None:
+                await self._pump(resp, live, timeout)
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away: nothing to deliver
         finally:
-            if watcher is not None:
-                self.store.unsubscribe(watcher)
+            if live is not None:
+                self.store.unsubscribe(live)
             self.stats.watch_closed()
         return resp
 
