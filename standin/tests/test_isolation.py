@@ -2,12 +2,15 @@
 
 * Importing every module of ``standin`` (except the tests) in a fresh interpreter loads no
   Django and nothing of Sandman's apps.
+* No production module imports ``standin`` (the ``standin_cluster`` command loads it when
+  it runs, and says so when it is missing).
 * The keys the stand-in spells out itself (``standin/keys.py``) are still the ones the
   Kubernetes provider reads.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -45,9 +48,32 @@ def test_no_standin_module_outside_the_harness_loads_django_or_sandman() -> None
         timeout=120,
     ).stdout
     answer = json.loads(out)
-    assert {"standin.cluster", "standin.kubelet", "standin.server"} <= set(answer["imported"])
+    assert {"standin.cluster", "standin.cli", "standin.kubelet", "standin.server"} <= set(
+        answer["imported"]
+    )
     leaked = [m for m in answer["loaded"] if m.split(".")[0] in APPS + FRAMEWORKS]
     assert leaked == []
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_no_production_module_imports_the_standin() -> None:
+    offenders = []
+    for app in APPS:
+        for path in sorted((REPO / app).rglob("*.py")):
+            if "tests" in path.relative_to(REPO).parts:
+                continue
+            if any(name.split(".")[0] == "standin" for name in _imports(path)):
+                offenders.append(str(path.relative_to(REPO)))
+    assert offenders == []
 
 
 def test_the_standins_own_keys_are_the_ones_the_provider_reads() -> None:
