@@ -19,7 +19,6 @@ from typing import Any
 
 from sandboxes.controller import Controller, PrewarmKey
 from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox
-from sandboxes.pacing import FakeClock
 from sandboxes.states import AcquisitionOutcome, JobState, SandboxState
 from sandboxes.tests.controller_support import IMAGE, SPEC, make_job
 from sandboxes.tests.ownership.support import (
@@ -39,6 +38,7 @@ from sandboxes.tests.ownership.support import (
     wait_until,
 )
 from standin import Gate, StandinCluster
+from standin.clock import FakeClock
 
 TIMEOUT_S = 1.0  # an acquire's timeout when a window expires it (fake clock)
 LONG_S = 3600.0  # an acquire's timeout when it must not expire

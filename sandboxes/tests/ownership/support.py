@@ -30,10 +30,10 @@ from typing import Any, TypeVar
 from sandboxes import labels as L
 from sandboxes.controller import Controller
 from sandboxes.models import PendingDelete, Sandbox
-from sandboxes.pacing import FakeClock
 from sandboxes.providers.kubernetes import KubernetesConfig, KubernetesProvider, build_api_client
 from sandboxes.states import SandboxState
 from standin import StandinCluster
+from standin.clock import FakeClock
 
 T = TypeVar("T")
 NS = "sandman-e2e"
