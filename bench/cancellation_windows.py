@@ -64,8 +64,8 @@ def median(values: list[float | None]) -> float | None:
 
 
 def run_windows(repeats: int) -> list[dict[str, Any]]:
-    from sandboxes.tests.ownership.rig import Rig, Trial
-    from sandboxes.tests.ownership.windows import WINDOWS
+    from standin.harness.rig import Rig, Trial
+    from standin.harness.windows import WINDOWS
 
     out = []
     for window in WINDOWS:
@@ -111,8 +111,8 @@ def run_windows(repeats: int) -> list[dict[str, Any]]:
 
 
 def run_random(trials: int, seed: int) -> dict[str, Any]:
-    from sandboxes.tests.ownership.randomized import draw, run_trial
-    from sandboxes.tests.ownership.rig import Rig
+    from standin.harness.randomized import draw, run_trial
+    from standin.harness.rig import Rig
 
     rows: list[dict[str, Any]] = []
     rig = Rig(nodes=3, seed=seed).start()

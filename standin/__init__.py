@@ -9,8 +9,11 @@ pod. Gates hold a chosen call until a test releases it; failure plans change ans
 A top-level package of the source tree, beside ``execd/``; it never ships in the wheel
 and no production module imports it. Rule a reader must not break: nothing here imports
 Django or Sandman's apps (the cluster knows label selectors, not Sandman; the few pod keys
-it shares with the provider are its own constants in ``keys.py``);
-``standin/tests/test_isolation.py`` checks it. Entry point: :class:`StandinCluster`::
+it shares with the provider are its own constants in ``keys.py``) -- except
+``standin.harness``, the Table A21 ownership harness, which drives Sandman's controller on
+purpose. ``standin/tests/test_isolation.py`` checks both. ``python -m standin`` serves one
+from the command line (``cli.py``); ``standin.clock.FakeClock`` is the service's fake
+clock for tests. Entry point: :class:`StandinCluster`::
 
     cluster = StandinCluster(nodes=4, seed=1)          # mode="virtual" | "manual" | "realtime"
     url = cluster.start()                              # background thread + own event loop

@@ -30,9 +30,9 @@ from sandboxes.tests.controller_support import (
     wait_until,
 )
 from sandboxes.tests.ownership import backends
-from sandboxes.tests.ownership.support import NS, pod_container
 from sandman_site.errors import AcquireTimeout, JobNotActive, PoolCapReached
 from standin.clock import FakeClock
+from standin.harness.support import NS, pod_container
 from standin.tests.conftest import core_for
 
 backend = backends.backend  # the fixture: [local] and [kubernetes]

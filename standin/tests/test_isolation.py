@@ -1,7 +1,8 @@
 """The stand-in is a cluster, not a part of Sandman: no Django, no service code, either way.
 
-* Importing every module of ``standin`` (except the tests) in a fresh interpreter loads no
-  Django and nothing of Sandman's apps.
+* Importing every module of ``standin`` (except ``standin.harness``, which drives Sandman's
+  controller on purpose, and the tests) in a fresh interpreter loads no Django and nothing
+  of Sandman's apps.
 * No production module imports ``standin`` (the ``standin_cluster`` command loads it when
   it runs, and says so when it is missing).
 * The keys the stand-in spells out itself (``standin/keys.py``) are still the ones the

@@ -32,8 +32,8 @@ from sandboxes.tests.controller_support import (
     create_unknown_sandbox,
     process_alive,
 )
-from sandboxes.tests.ownership.support import NS, k8s_provider, pod_container
 from standin import StandinCluster
+from standin.harness.support import NS, k8s_provider, pod_container
 
 
 @dataclass

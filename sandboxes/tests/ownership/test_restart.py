@@ -31,7 +31,8 @@ from sandboxes import labels as L
 from sandboxes.controller import Controller
 from sandboxes.models import Job, PendingDelete, Sandbox
 from sandboxes.tests.controller_support import IMAGE, SPEC, acquire_args, execd, make_job
-from sandboxes.tests.ownership.support import (
+from standin import StandinCluster
+from standin.harness.support import (
     NS,
     SENTINEL,
     audit,
@@ -42,7 +43,6 @@ from sandboxes.tests.ownership.support import (
     sandman_pods,
     wait_until,
 )
-from standin import StandinCluster
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import labels as L
-from sandboxes.tests.ownership.rig import Trial
-from sandboxes.tests.ownership.support import NS, SENTINEL, audit
-from sandboxes.tests.ownership.windows import WINDOWS, Window
+from standin.harness.rig import Trial
+from standin.harness.support import NS, SENTINEL, audit
+from standin.harness.windows import WINDOWS, Window
 
 
 @pytest.mark.parametrize("window", WINDOWS, ids=[w.id for w in WINDOWS])
