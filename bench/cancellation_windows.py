@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: Table A21's 25 cancellation windows x 20 and 1,000 randomized trials.
 
-Runs the SAME window code as the CI tests (``sandboxes/tests/ownership/windows.py`` and
+Runs the SAME window code as the CI tests (``standin/harness/windows.py`` and
 ``randomized.py``): the real controller on the real Kubernetes provider, over HTTP to the
 stand-in cluster (virtual time, a real execd per pod, a sentinel pod of another tenant),
 with the independent auditor listing the stand-in's pod store while each window is held,
