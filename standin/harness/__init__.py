@@ -17,6 +17,8 @@ restart tests) and ``bench/cancellation_windows.py`` use it; nothing here depend
 
 Rules a reader must not break: Django and ``sandboxes`` imports stay inside this
 subpackage (the rest of ``standin`` is Django-free, ``standin/tests/test_isolation.py``
-checks it); nothing here imports a test module (``sandboxes.tests``); it needs a
-configured Django (``django.setup()``) and a migrated database before it is imported.
+checks it); nothing here imports a test module (``sandboxes.tests``); its modules need
+``django.setup()`` before they are imported, and a trial needs a migrated database.
 """
+
+from __future__ import annotations
