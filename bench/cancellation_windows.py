@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: Table A21's 25 cancellation windows x 20 and 1,000 randomized trials.
 
-Runs the SAME window code as the CI tests (``sandboxes/tests/ownership/windows.py`` and
+Runs the SAME window code as the CI tests (``standin/harness/windows.py`` and
 ``randomized.py``): the real controller on the real Kubernetes provider, over HTTP to the
 stand-in cluster (virtual time, a real execd per pod, a sentinel pod of another tenant),
 with the independent auditor listing the stand-in's pod store while each window is held,
@@ -64,8 +64,8 @@ def median(values: list[float | None]) -> float | None:
 
 
 def run_windows(repeats: int) -> list[dict[str, Any]]:
-    from sandboxes.tests.ownership.rig import Rig, Trial
-    from sandboxes.tests.ownership.windows import WINDOWS
+    from standin.harness.rig import Rig, Trial
+    from standin.harness.windows import WINDOWS
 
     out = []
     for window in WINDOWS:
@@ -111,8 +111,8 @@ def run_windows(repeats: int) -> list[dict[str, Any]]:
 
 
 def run_random(trials: int, seed: int) -> dict[str, Any]:
-    from sandboxes.tests.ownership.randomized import draw, run_trial
-    from sandboxes.tests.ownership.rig import Rig
+    from standin.harness.randomized import draw, run_trial
+    from standin.harness.rig import Rig
 
     rows: list[dict[str, Any]] = []
     rig = Rig(nodes=3, seed=seed).start()

@@ -19,7 +19,6 @@ import pytest
 from sandboxes import events
 from sandboxes.controller import PrewarmKey
 from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
-from sandboxes.pacing import FakeClock
 from sandboxes.tests.conftest import local_provider
 from sandboxes.tests.controller_support import (
     IMAGE,
@@ -43,6 +42,7 @@ from sandman_site.errors import (
     PoolCapReached,
     UnknownImage,
 )
+from standin.clock import FakeClock
 
 
 def prewarm_key(count: int = 1, **over) -> PrewarmKey:

@@ -19,7 +19,6 @@ from sandboxes import events
 from sandboxes import labels as L
 from sandboxes.controller import PrewarmKey
 from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
-from sandboxes.pacing import FakeClock
 from sandboxes.services import sandbox_mark_creating, sandbox_request
 from sandboxes.tests.controller_support import (
     IMAGE,
@@ -31,9 +30,10 @@ from sandboxes.tests.controller_support import (
     wait_until,
 )
 from sandboxes.tests.ownership import backends
-from sandboxes.tests.ownership.support import NS, pod_container
-from sandboxes.tests.standin.conftest import core_for
 from sandman_site.errors import AcquireTimeout, JobNotActive, PoolCapReached
+from standin.clock import FakeClock
+from standin.harness.support import NS, pod_container
+from standin.tests.conftest import core_for
 
 backend = backends.backend  # the fixture: [local] and [kubernetes]
 

@@ -8,7 +8,6 @@ import pytest
 from sandboxes import events
 from sandboxes.controller import ControllerHooks, PrewarmKey
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
-from sandboxes.pacing import FakeClock
 from sandboxes.tests.controller_support import (
     IMAGE,
     SPEC,
@@ -20,6 +19,7 @@ from sandboxes.tests.controller_support import (
     state,
 )
 from sandman_site.errors import AlreadyReleased
+from standin.clock import FakeClock
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ import asyncio
 
 import pytest
 
-from sandboxes.pacing import CompositePacer, FakeClock, TokenBucket
+from sandboxes.pacing import CompositePacer, TokenBucket
+from standin.clock import FakeClock
 
 pytestmark = pytest.mark.asyncio
 

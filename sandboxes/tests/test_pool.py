@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sandboxes.pacing import FakeClock
 from sandboxes.pool import (
     JobPool,
     PoolKey,
@@ -13,6 +12,7 @@ from sandboxes.pool import (
     key_hash,
     reuse_decision,
 )
+from standin.clock import FakeClock
 
 IMAGE = "sandman/empty"
 

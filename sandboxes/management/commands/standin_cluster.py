@@ -1,81 +1,73 @@
-"""``manage.py standin_cluster``: serve a stand-in Kubernetes API until SIGINT/SIGTERM.
+"""``manage.py standin_cluster``: a thin wrapper over ``python -m standin`` (``standin.cli``).
 
-It writes a kubeconfig pointing at itself (plain HTTP on loopback, no credentials), so
-``SANDMAN_BACKEND=kubernetes KUBECONFIG=FILE`` runs Sandman's kubernetes provider against
-it. The simulation runs in real time (``--speed`` scales it); with ``--run-execd`` every
-pod that becomes Ready runs a real execd on loopback, reached at ``status.podIP``
-(127.0.0.1) and the port in its ``sandman.dev/execd-port`` annotation.
+The stand-in cluster is a top-level package of the source tree that never ships in the
+wheel; this command only adds Sandman's namespace (``SANDMAN_NAMESPACE``) as the
+kubeconfig's default. Where the package is not importable (an installed wheel without the
+source tree) the command fails with a :class:`CommandError` that says so.
 
-Invariant: the command serves from its own event loop in the main thread and always
-stops the cluster (and with it every execd child) before it exits.
+Invariant: nothing in ``sandboxes`` imports ``standin`` at module level -- this command
+loads it when it runs, and nothing else in the service loads it at all.
 """
 
 from __future__ import annotations
 
-import asyncio
-import signal
+import argparse
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sandboxes.standin import AddressModel, NodeSpec, StandinCluster
-from sandboxes.standin.kubeconfig import write_kubeconfig
+MISSING = (
+    "the stand-in cluster (the top-level `standin` package) is not importable: it lives in "
+    "Sandman's source tree and is not part of the installed wheel; run this command from a "
+    "checkout of the repository"
+)
+
+
+def load_cli() -> ModuleType:
+    """``standin.cli``, or a CommandError if the ``standin`` package is not there."""
+    try:
+        return importlib.import_module("standin.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("standin", "standin.cli"):
+            raise  # the package is there but broken: show the real error
+        raise CommandError(MISSING) from exc
 
 
 class Command(BaseCommand):
     help = "Serve a stand-in Kubernetes cluster (pods API, scheduler, kubelet) for rehearsal."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig")
-        parser.add_argument(
-            "--namespace", default=None, help="kubeconfig namespace (default SANDMAN_NAMESPACE)"
-        )
-        parser.add_argument("--nodes", type=int, default=3)
-        parser.add_argument("--node-cpu", default="16")
-        parser.add_argument("--node-memory", default="64Gi")
-        parser.add_argument(
-            "--warm-addresses", type=int, default=2, help="spare pod addresses per node"
-        )
-        parser.add_argument(
-            "--run-execd", action="store_true", help="run a real execd per Ready pod"
-        )
-        parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument(
-            "--speed", type=float, default=1.0, help="simulated seconds per wall second"
-        )
+        self.missing: CommandError | None = None
+        try:
+            load_cli().add_arguments(parser)
+        except CommandError as exc:
+            # Report it from handle(), after parsing, so it is printed as a CommandError
+            # and not lost behind argparse rejecting the stand-in's options as unknown.
+            self.missing = exc
+            _accept_any_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        nodes = [
-            NodeSpec(f"node-{i}", cpu=options["node_cpu"], memory=options["node_memory"])
-            for i in range(options["nodes"])
-        ]
-        cluster = StandinCluster(
-            nodes,
-            mode="realtime",
-            speed=options["speed"],
-            seed=options["seed"],
-            address_model=AddressModel(warm_addresses=options["warm_addresses"]),
-            run_execd=options["run_execd"],
-            host=options["host"],
-            port=options["port"],
-        )
-        namespace = options["namespace"] or getattr(settings, "SANDMAN_NAMESPACE", "default")
-        asyncio.run(self._serve(cluster, options["kubeconfig"], namespace))
+        if self.missing is not None:
+            raise self.missing
 
-    async def _serve(self, cluster: StandinCluster, kubeconfig: str, namespace: str) -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        url = await cluster.start_async()
-        try:
-            path = write_kubeconfig(kubeconfig, url, namespace=namespace)
-            self.stdout.write(f"stand-in cluster listening on {url}; kubeconfig {path}")
+        def say(line: str) -> None:
+            self.stdout.write(line)
             self.stdout.flush()
-            await stop.wait()
-        finally:
-            await cluster.stop_async()
-        self.stdout.write("stand-in cluster stopped")
+
+        namespace = getattr(settings, "SANDMAN_NAMESPACE", "default")
+        load_cli().run(options, say, namespace=namespace)
+
+
+def _accept_any_arguments(parser: CommandParser) -> None:
+    parse_known = parser.parse_known_args
+
+    def parse_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        return parse_known(args, namespace)[0]
+
+    parser.parse_args = parse_args  # type: ignore[assignment]

@@ -24,7 +24,6 @@ import pytest
 from sandboxes import labels as L
 from sandboxes.controller import Controller
 from sandboxes.providers.local import records
-from sandboxes.standin import StandinCluster
 from sandboxes.tests.conftest import local_provider
 from sandboxes.tests.controller_support import (
     FailingDestroyProvider,
@@ -33,7 +32,8 @@ from sandboxes.tests.controller_support import (
     create_unknown_sandbox,
     process_alive,
 )
-from sandboxes.tests.ownership.support import NS, k8s_provider, pod_container
+from standin import StandinCluster
+from standin.harness.support import NS, k8s_provider, pod_container
 
 
 @dataclass

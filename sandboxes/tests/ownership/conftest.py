@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sandboxes.tests.ownership.rig import Rig
+from standin.harness.rig import Rig
 
 
 @pytest.fixture

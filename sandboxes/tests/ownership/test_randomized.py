@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from sandboxes.tests.ownership.randomized import draw, run_trial
-from sandboxes.tests.ownership.support import sandman_pods
+from standin.harness.randomized import draw, run_trial
+from standin.harness.support import sandman_pods
 
 TRIALS = int(os.environ.get("SANDMAN_OWNERSHIP_TRIALS", "50"))
 SEED = int(os.environ.get("SANDMAN_OWNERSHIP_SEED", "1"))

@@ -30,9 +30,9 @@ from django.db import connection
 from sandboxes import labels as L
 from sandboxes.controller import Controller
 from sandboxes.models import Job, PendingDelete, Sandbox
-from sandboxes.standin import StandinCluster
 from sandboxes.tests.controller_support import IMAGE, SPEC, acquire_args, execd, make_job
-from sandboxes.tests.ownership.support import (
+from standin import StandinCluster
+from standin.harness.support import (
     NS,
     SENTINEL,
     audit,

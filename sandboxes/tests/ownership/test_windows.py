@@ -3,10 +3,10 @@
 One test per window (ids ``table-a21-window-NN-...``). Each runs the real controller on
 the real Kubernetes provider against the stand-in cluster over HTTP, with a real execd
 per pod and a sentinel pod of another tenant. The independent auditor (the stand-in's
-own pod store, ``support.audit``) runs while the window is held, after the release and
-during the drain; ``Trial.settle`` then requires 0 pods of the job, no anchor, no
-pending delete, and the sentinel(s) with their original uid. What each window's trigger
-and outcome are in our design: ``windows.py``.
+own pod store, ``standin.harness.support.audit``) runs while the window is held, after
+the release and during the drain; ``Trial.settle`` then requires 0 pods of the job, no
+anchor, no pending delete, and the sentinel(s) with their original uid. What each
+window's trigger and outcome are in our design: ``standin/harness/windows.py``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import labels as L
-from sandboxes.tests.ownership.rig import Trial
-from sandboxes.tests.ownership.support import NS, SENTINEL, audit
-from sandboxes.tests.ownership.windows import WINDOWS, Window
+from standin.harness.rig import Trial
+from standin.harness.support import NS, SENTINEL, audit
+from standin.harness.windows import WINDOWS, Window
 
 
 @pytest.mark.parametrize("window", WINDOWS, ids=[w.id for w in WINDOWS])

@@ -12,8 +12,8 @@ import pytest_asyncio
 
 from sandboxes.providers.base import OwnerRef, SandboxSpec
 from sandboxes.providers.kubernetes import KubernetesConfig, KubernetesProvider, build_api_client
-from sandboxes.standin import StandinCluster
-from sandboxes.tests.standin.conftest import make_cluster  # noqa: F401 - re-exported fixture
+from standin import StandinCluster
+from standin.tests.conftest import make_cluster  # noqa: F401 - re-exported fixture
 
 NS = "sandboxes"
 

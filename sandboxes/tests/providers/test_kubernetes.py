@@ -30,7 +30,6 @@ from sandboxes.providers.kubernetes import (
     boot_command,
     build_pod_manifest,
 )
-from sandboxes.standin import StandinCluster
 from sandboxes.tests.providers.conftest import NS, spec
 from sandman_site.errors import (
     ProviderAmbiguous,
@@ -39,6 +38,7 @@ from sandman_site.errors import (
     ProviderForbidden,
     SandboxNotReady,
 )
+from standin import StandinCluster
 
 REPO = Path(__file__).resolve().parents[3]
 MakeCluster = Callable[..., StandinCluster]

@@ -24,12 +24,12 @@ from typing import Any
 
 import aiohttp
 
-from sandboxes import labels as L
-from sandboxes.standin.events import EventLog
-from sandboxes.standin.execd_runner import ExecdRunner, ExecdStartError
-from sandboxes.standin.gates import GateContext, GateRegistry
-from sandboxes.standin.plans import PlanRegistry
-from sandboxes.standin.podstatus import (
+from standin import keys as K
+from standin.events import EventLog
+from standin.execd_runner import ExecdRunner, ExecdStartError
+from standin.gates import GateContext, GateRegistry
+from standin.plans import PlanRegistry
+from standin.podstatus import (
     annotations_of,
     main_container,
     mark_failed,
@@ -38,10 +38,10 @@ from sandboxes.standin.podstatus import (
     prepare_pod,
     set_condition,
 )
-from sandboxes.standin.scheduler import AddressModel, Scheduler
-from sandboxes.standin.sim import Simulation
-from sandboxes.standin.status import rfc3339
-from sandboxes.standin.store import Obj, Store
+from standin.scheduler import AddressModel, Scheduler
+from standin.sim import Simulation
+from standin.status import rfc3339
+from standin.store import Obj, Store
 
 __all__ = ["Kubelet", "PodSim", "Timings", "prepare_pod"]
 
@@ -188,7 +188,7 @@ class Kubelet:
 
         def bound(p: Obj) -> None:
             p["spec"]["nodeName"] = node.name
-            annotations_of(p)[L.STANDIN_SCHEDULED_AT] = stamp
+            annotations_of(p)[K.SCHEDULED_AT] = stamp
             set_condition(p["status"], "PodScheduled", True, when)
 
         self._update(s, bound)
@@ -229,8 +229,8 @@ class Kubelet:
                 startTime=when,
             )
             ann = annotations_of(p)
-            ann[L.STANDIN_ADDRESS_ASSIGNED_AT] = stamp
-            ann[L.STANDIN_ADDRESS_FAILURES] = str(failures)
+            ann[K.ADDRESS_ASSIGNED_AT] = stamp
+            ann[K.ADDRESS_FAILURES] = str(failures)
 
         self._update(s, addressed)
         self._pull(s, pod, node)
@@ -238,9 +238,7 @@ class Kubelet:
     def _pull(self, s: PodSim, pod: Obj, node: Any) -> None:
         image = main_container(pod).get("image", "")
         ann = pod["metadata"].get("annotations") or {}
-        size = int(
-            ann.get(L.STANDIN_IMAGE_BYTES) or self.images.get(image) or self.default_image_bytes
-        )
+        size = int(ann.get(K.IMAGE_BYTES) or self.images.get(image) or self.default_image_bytes)
         now = self.sim.now
         ready_at = node.images.get(image)
         if ready_at is not None and ready_at <= now:
@@ -277,7 +275,7 @@ class Kubelet:
             self._mark_running(s, None)
             return
         env = {e.get("name"): e.get("value") for e in main_container(pod).get("env") or []}
-        token = env.get(L.EXECD_TOKEN_ENV) or ""
+        token = env.get(K.EXECD_TOKEN_ENV) or ""
         self.sim.spawn(self._start_execd(s, token))
 
     async def _start_execd(self, s: PodSim, token: str) -> None:
@@ -302,12 +300,12 @@ class Kubelet:
         def running(p: Obj) -> None:
             mark_running(p, when)
             ann = annotations_of(p)
-            ann[L.STANDIN_STARTED_AT] = stamp
-            ann[L.STANDIN_PULLED_AT] = pulled
-            ann[L.STANDIN_IMAGE_PRESENT] = "true" if s.image_present else "false"
-            ann[L.STANDIN_PULL_MS] = f"{s.pull_ms or 0.0:.3f}"
+            ann[K.STARTED_AT] = stamp
+            ann[K.PULLED_AT] = pulled
+            ann[K.IMAGE_PRESENT] = "true" if s.image_present else "false"
+            ann[K.PULL_MS] = f"{s.pull_ms or 0.0:.3f}"
             if port is not None:
-                ann[L.EXECD_PORT_ANNOTATION] = str(port)
+                ann[K.EXECD_PORT_ANNOTATION] = str(port)
 
         pod = self._update(s, running)
         if pod is not None:
@@ -362,7 +360,7 @@ class Kubelet:
 
         def ready(p: Obj) -> None:
             mark_ready(p, when)
-            annotations_of(p)[L.STANDIN_READY_AT] = stamp
+            annotations_of(p)[K.READY_AT] = stamp
 
         self._update(s, ready)
 

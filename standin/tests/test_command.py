@@ -1,4 +1,5 @@
-"""``manage.py standin_cluster`` serves until SIGTERM and its kubeconfig reaches it."""
+"""``python -m standin`` and its ``manage.py standin_cluster`` wrapper serve until SIGTERM
+and their kubeconfig reaches the cluster; the wrapper says so when the package is missing."""
 
 from __future__ import annotations
 
@@ -8,13 +9,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from django.core.management import CommandError, call_command
 from kubernetes import client
 from kubernetes import config as kube_config
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
+
+COMMANDS = {
+    "manage.py": ["manage.py", "standin_cluster"],
+    "python-m-standin": ["-m", "standin"],
+}
 
 
-def test_command_writes_a_kubeconfig_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_command_writes_a_kubeconfig_serves_and_stops_on_sigterm(
+    tmp_path: Path, command: str
+) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     env = {
         **os.environ,
@@ -24,8 +35,7 @@ def test_command_writes_a_kubeconfig_serves_and_stops_on_sigterm(tmp_path: Path)
     proc = subprocess.Popen(
         [
             sys.executable,
-            "manage.py",
-            "standin_cluster",
+            *COMMANDS[command],
             "--port",
             "0",
             "--kubeconfig",
@@ -63,3 +73,14 @@ def test_command_writes_a_kubeconfig_serves_and_stops_on_sigterm(tmp_path: Path)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_wrapper_raises_a_command_error_when_the_package_is_not_importable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An installed wheel has no ``standin``: the command says so instead of a traceback."""
+    monkeypatch.setitem(sys.modules, "standin", None)
+    monkeypatch.setitem(sys.modules, "standin.cli", None)
+    with pytest.raises(CommandError, match="`standin` package\\) is not importable"):
+        call_command("standin_cluster", "--kubeconfig", str(tmp_path / "kubeconfig"))
+    assert not (tmp_path / "kubeconfig").exists()

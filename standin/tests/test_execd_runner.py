@@ -7,8 +7,8 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from sandboxes.standin import StandinCluster
-from sandboxes.tests.standin.conftest import NS, core_for, pod
+from standin import StandinCluster
+from standin.tests.conftest import NS, core_for, pod
 
 
 def _execd_that_never_listens(tmp_path: Path) -> tuple[Path, Path]:

@@ -20,15 +20,15 @@ from typing import Any
 
 from aiohttp import web
 
-from sandboxes import labels as L
-from sandboxes.standin.gates import GateContext, GateRegistry
-from sandboxes.standin.kubelet import prepare_pod
-from sandboxes.standin.patching import json_patch, merge_patch
-from sandboxes.standin.plans import ACTIONS, PlanRegistry
-from sandboxes.standin.selectors import SelectorError, parse_field_selector, parse_label_selector
-from sandboxes.standin.stats import RequestStats
-from sandboxes.standin.status import status_body
-from sandboxes.standin.store import CLOSE, KINDS, Gone, Store, StoreError, Watcher
+from standin import keys as K
+from standin.gates import GateContext, GateRegistry
+from standin.kubelet import prepare_pod
+from standin.patching import json_patch, merge_patch
+from standin.plans import ACTIONS, PlanRegistry
+from standin.selectors import SelectorError, parse_field_selector, parse_label_selector
+from standin.stats import RequestStats
+from standin.status import status_body
+from standin.store import CLOSE, KINDS, Gone, Store, StoreError, Watcher
 
 JSON = "application/json"
 PATCH_TYPES = (
@@ -164,6 +164,7 @@ class ApiServer:
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
         watcher = Watcher(resource, ns, labels, fields, bookmarks)
+        live: Watcher | None = watcher  # None once the answer is a 410 ERROR event
         try:
             initial = self.store.subscribe(watcher, q.get("resourceVersion"))
         except StoreError as exc:
@@ -172,7 +173,7 @@ class ApiServer:
             body = status_body(410, str(gone), reason="Expired")
             if self.gone_mode == "http":
                 return web.json_response(body, status=410)
-            initial, watcher = [{"type": "ERROR", "object": body}], None
+            initial, live = [{"type": "ERROR", "object": body}], None
         resp = web.StreamResponse(status=200, headers={"Content-Type": JSON})
         resp.enable_chunked_encoding()
         self.stats.watch_opened()
@@ -180,14 +181,14 @@ class ApiServer:
             await resp.prepare(request)
             for event in initial:
                 await resp.write(json.dumps(event).encode() + b"\n")
-            if watcher is not None:
-                await self._pump(resp, watcher, timeout)
+            if live is not None:
+                await self._pump(resp, live, timeout)
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away: nothing to deliver
         finally:
-            if watcher is not None:
-                self.store.unsubscribe(watcher)
+            if live is not None:
+                self.store.unsubscribe(live)
             self.stats.watch_closed()
         return resp
 
@@ -267,7 +268,7 @@ class ApiServer:
             if stamp:
                 meta["annotations"] = {
                     **(meta.get("annotations") or {}),
-                    L.STANDIN_CREATED_AT: stamp,
+                    K.CREATED_AT: stamp,
                 }
                 body["metadata"] = meta
         try:

@@ -5,10 +5,16 @@ URL) from tests and benchmarks, or inside a running loop with ``await start_asyn
 (the ``standin_cluster`` command). The in-process API below is what an independent
 auditor uses: it reads the store directly, never through the client under test.
 
+The same public methods are the control API that ``control.py`` serves under
+``/_standin/`` (``state()``, ``pods()``, ``nodes()``, ``address_failures()``,
+``request_totals()``, ``put_pod()``, plus the ``gates``, ``plans``, ``api``, ``store``
+and ``sim`` collaborators); nothing outside this module calls a private method of it.
+
 Invariants: every public method is safe to call from any thread (work is marshalled onto
-the cluster's loop and results are deep copies); ``stop()`` releases all gates, ends all
-watches, cancels held requests, stops every execd and waits for it -- a test that started
-a cluster and calls ``stop()`` in ``finally`` leaves nothing behind.
+the cluster's loop -- or run at once when called on it -- and results are deep copies);
+``stop()`` releases all gates, ends all watches, cancels held requests, stops every execd
+and waits for it -- a test that started a cluster and calls ``stop()`` in ``finally``
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -26,20 +32,20 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from sandboxes.standin import control
-from sandboxes.standin.events import EventLog
-from sandboxes.standin.execd_runner import ExecdRunner
-from sandboxes.standin.gates import GateRegistry
-from sandboxes.standin.gc import GarbageCollector
-from sandboxes.standin.kubeconfig import write_kubeconfig
-from sandboxes.standin.kubelet import Kubelet, Timings, prepare_pod
-from sandboxes.standin.plans import PlanRegistry
-from sandboxes.standin.scheduler import AddressModel, NodeSpec, Scheduler, make_nodes
-from sandboxes.standin.server import ApiServer
-from sandboxes.standin.sim import Simulation
-from sandboxes.standin.stats import RequestStats
-from sandboxes.standin.status import rfc3339
-from sandboxes.standin.store import Store
+from standin import control
+from standin.events import EventLog
+from standin.execd_runner import ExecdRunner
+from standin.gates import GateRegistry
+from standin.gc import GarbageCollector
+from standin.kubeconfig import write_kubeconfig
+from standin.kubelet import Kubelet, Timings, prepare_pod
+from standin.plans import PlanRegistry
+from standin.scheduler import AddressModel, NodeSpec, Scheduler, make_nodes
+from standin.server import ApiServer
+from standin.sim import Simulation
+from standin.stats import RequestStats
+from standin.status import rfc3339
+from standin.store import Listener, Store
 
 T = TypeVar("T")
 
@@ -98,6 +104,11 @@ class StandinCluster:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def started(self) -> bool:
+        """True once :meth:`start` or :meth:`start_async` has run (also after a stop)."""
+        return self._loop is not None
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> str:
@@ -202,9 +213,7 @@ class StandinCluster:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = int(self._runner.addresses[0][1])  # the port picked for port=0
         self._driver = self._loop.create_task(self.sim.run())
         return self.url
 
@@ -258,6 +267,14 @@ class StandinCluster:
         """Requests by (verb, resource): verbs create/get/list/watch/patch/delete."""
         return self.stats.snapshot()
 
+    def request_totals(self) -> dict[str, int]:
+        """Requests as ``{"<verb> <resource>": n}`` (the JSON form of the counts)."""
+        return self._call(self._request_counts)
+
+    def state(self) -> dict[str, Any]:
+        """Everything at once: sim time, store, nodes, events, failures, requests, watches."""
+        return self._call(self._state)
+
     def requests_log(self) -> list[dict[str, Any]]:
         return self._call(lambda: _copy(self.stats.log))
 
@@ -267,6 +284,10 @@ class StandinCluster:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._call(self.store.delete, "pods", namespace, name)
+
+    def add_store_listener(self, listener: Listener) -> None:
+        """Tell ``listener`` of every create and delete in the store from now on."""
+        self._call(self.store.listeners.append, listener)
 
     def step(self) -> bool:
         return self._call(self.sim.step)

@@ -14,7 +14,7 @@ its create on the injected clock, ``ownership.py``). "Drain" calls the drain.
 
 Outcomes in our design differ from the paper's 27 October row where our pool decides
 differently, never in ownership: a cancelled or timed-out acquire's late pod becomes a
-WARM pod when nobody used it (rollout or grading, ARCHITECTURE.md §3), where the paper
+WARM pod when nobody used it (rollout or grading, docs/architecture.md §3), where the paper
 deleted late rollout pods.
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandboxes.tests.ownership.rig import Trial
-from sandboxes.tests.ownership.windows_cancel import (
+from standin.harness.rig import Trial
+from standin.harness.windows_cancel import (
     cancel_held,
     timeout_held,
     w01,
@@ -38,7 +38,7 @@ from sandboxes.tests.ownership.windows_cancel import (
     w14,
     w15,
 )
-from sandboxes.tests.ownership.windows_errors import (
+from standin.harness.windows_errors import (
     cleanup_delete_fails,
     stored_then,
     w18,

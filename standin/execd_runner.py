@@ -28,12 +28,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandboxes import labels as L
+from standin import keys as K
 
 log = logging.getLogger(__name__)
 
 _LISTENING = re.compile(rb"listening on (\S+):(\d+)")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class ExecdStartError(RuntimeError):
@@ -82,7 +82,7 @@ class ExecdRunner:
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(token)
-        env = {k: v for k, v in os.environ.items() if k != L.EXECD_TOKEN_ENV}
+        env = {k: v for k, v in os.environ.items() if k != K.EXECD_TOKEN_ENV}
         # As in a pod: execd is found on a path given to the interpreter, not through
         # PYTHONPATH, so commands in the sandbox do not inherit the repository's path.
         launcher = (
@@ -124,6 +124,7 @@ class ExecdRunner:
             await _stop_process(proc)
             err = (directory / "execd.stderr").read_bytes()[-2000:].decode(errors="replace")
             raise ExecdStartError(f"first line {line!r}; stderr: {err}")
+        assert proc.stdout is not None  # started with stdout=PIPE
         drain = asyncio.get_running_loop().create_task(_drain(proc.stdout))
         port = int(match.group(2))
         self._running[key] = _Running(proc, directory, port, drain)

@@ -9,9 +9,9 @@ catches a wrong uid or an owner in another namespace before production does.
 
 from __future__ import annotations
 
-from sandboxes.standin.events import EventLog
-from sandboxes.standin.sim import Simulation
-from sandboxes.standin.store import Obj, Store
+from standin.events import EventLog
+from standin.sim import Simulation
+from standin.store import Obj, Store
 
 Dependent = tuple[str, str, str, str]  # resource, namespace, name, uid
 

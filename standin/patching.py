@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandboxes.standin.store import StoreError
+from standin.store import StoreError
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

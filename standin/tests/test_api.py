@@ -14,8 +14,8 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from sandboxes.standin import StandinCluster
-from sandboxes.tests.standin.conftest import NS, core_for, pod
+from standin import StandinCluster
+from standin.tests.conftest import NS, core_for, pod
 
 
 def test_create_fills_server_metadata_and_pending_status(core: client.CoreV1Api) -> None:

@@ -44,7 +44,9 @@ _SET = re.compile(rf"^({_KEY})\s+(in|notin)\s*\(([^()]*)\)$")
 
 
 def _split_terms(text: str) -> list[str]:
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1

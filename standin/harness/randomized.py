@@ -19,8 +19,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sandboxes.tests.ownership.rig import LONG_S, TIMEOUT_S, Rig, Trial
-from sandboxes.tests.ownership.support import NS, other_tenant_pod
+from standin.harness.rig import LONG_S, TIMEOUT_S, Rig, Trial
+from standin.harness.support import NS, other_tenant_pod
 
 CREATE_PLANS = [
     "403",

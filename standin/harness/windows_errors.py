@@ -7,18 +7,18 @@ from collections.abc import Callable
 
 from sandboxes.models import PendingDelete
 from sandboxes.states import JobState, SandboxState
-from sandboxes.tests.ownership.rig import TIMEOUT_S, Trial
-from sandboxes.tests.ownership.support import NS, other_tenant_pod
-from sandboxes.tests.ownership.windows_cancel import (
-    deleted_now,
-    newest_name,
-    pending_after_failed_delete,
-)
 from sandman_site.errors import (
     AcquireTimeout,
     ProviderAmbiguous,
     ProviderConflict,
     SandboxNotReady,
+)
+from standin.harness.rig import TIMEOUT_S, Trial
+from standin.harness.support import NS, other_tenant_pod
+from standin.harness.windows_cancel import (
+    deleted_now,
+    newest_name,
+    pending_after_failed_delete,
 )
 
 
@@ -81,7 +81,8 @@ def w22(t: Trial) -> None:
     assert isinstance(error, SandboxNotReady), error
     t.subject = t.row(name=newest_name(t)).name
     t.idle()
-    assert t.pod()["status"]["phase"] == "Failed"
+    pod = t.pod()
+    assert pod is not None and pod["status"]["phase"] == "Failed"
     pending_after_failed_delete(t)
     t.audit("delete failed")
 
@@ -125,4 +126,5 @@ def w25(t: Trial) -> None:
     assert t.row().state == SandboxState.DELETED
     deletes = [r for r in t.cluster.requests_log() if r["verb"] == "delete"]
     assert [r for r in deletes if r["name"] == name] == []
-    assert t.pod()["metadata"]["uid"] == holder["metadata"]["uid"]
+    pod = t.pod()
+    assert pod is not None and pod["metadata"]["uid"] == holder["metadata"]["uid"]

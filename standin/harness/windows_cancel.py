@@ -13,9 +13,9 @@ from collections.abc import Callable
 from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
 from sandboxes.states import JobState, SandboxState
-from sandboxes.tests.ownership.rig import BUDGET_S, TIMEOUT_S, Trial
-from sandboxes.tests.ownership.support import on_loop, wait_until
 from sandman_site.errors import AcquireTimeout
+from standin.harness.rig import BUDGET_S, TIMEOUT_S, Trial
+from standin.harness.support import on_loop, pending_names, wait_until
 
 
 # --- outcome checks ----------------------------------------------------------------------------
@@ -40,8 +40,7 @@ def pending_after_failed_delete(t: Trial) -> None:
     assert t.row().state == SandboxState.DELETING
     pending = PendingDelete.objects.get(name=t.subject)
     assert pending.attempts >= 1 and pending.last_error
-    provider = t.controller.provider
-    assert t.subject in on_loop(t.controller, lambda: [p.name for p in provider.pending_deletes()])
+    assert t.subject in pending_names(t.controller)
 
 
 # --- cancel before the API stores the pod ---------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sandboxes.standin import StandinCluster
+from standin import StandinCluster
 
 NS = "sbx"
 

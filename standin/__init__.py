@@ -6,8 +6,14 @@ address assignment that fails more on crowded nodes (§5.2), image pulls by size
 node cache (§5.3), container start and readiness -- optionally with a real execd per
 pod. Gates hold a chosen call until a test releases it; failure plans change answers.
 
-No Django imports anywhere in this package: benchmarks and the provider's tests use it
-without the ORM. Entry point: :class:`StandinCluster`::
+A top-level package of the source tree, beside ``execd/``; it never ships in the wheel
+and no production module imports it. Rule a reader must not break: nothing here imports
+Django or Sandman's apps (the cluster knows label selectors, not Sandman; the few pod keys
+it shares with the provider are its own constants in ``keys.py``) -- except
+``standin.harness``, the Table A21 ownership harness, which drives Sandman's controller on
+purpose. ``standin/tests/test_isolation.py`` checks both. ``python -m standin`` serves one
+from the command line (``cli.py``); ``standin.clock.FakeClock`` is the service's fake
+clock for tests. Entry point: :class:`StandinCluster`::
 
     cluster = StandinCluster(nodes=4, seed=1)          # mode="virtual" | "manual" | "realtime"
     url = cluster.start()                              # background thread + own event loop
@@ -24,11 +30,11 @@ without the ORM. Entry point: :class:`StandinCluster`::
 
 from __future__ import annotations
 
-from sandboxes.standin.cluster import StandinCluster
-from sandboxes.standin.gates import Gate, GateContext, GateRegistry
-from sandboxes.standin.kubelet import Timings
-from sandboxes.standin.plans import ACTIONS, Plan, PlanRegistry
-from sandboxes.standin.scheduler import AddressModel, NodeSpec
+from standin.cluster import StandinCluster
+from standin.gates import Gate, GateContext, GateRegistry
+from standin.kubelet import Timings
+from standin.plans import ACTIONS, Plan, PlanRegistry
+from standin.scheduler import AddressModel, NodeSpec
 
 __all__ = [
     "ACTIONS",

@@ -19,11 +19,11 @@ from typing import Any
 
 from sandboxes.controller import Controller, PrewarmKey
 from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox
-from sandboxes.pacing import FakeClock
-from sandboxes.standin import Gate, StandinCluster
 from sandboxes.states import AcquisitionOutcome, JobState, SandboxState
-from sandboxes.tests.controller_support import IMAGE, SPEC, make_job
-from sandboxes.tests.ownership.support import (
+from standin import Gate, StandinCluster
+from standin.clock import FakeClock
+from standin.harness.jobs import IMAGE, SPEC, make_job
+from standin.harness.support import (
     NS,
     SENTINEL,
     AuditReport,
@@ -36,6 +36,7 @@ from sandboxes.tests.ownership.support import (
     on_loop,
     other_pods,
     other_tenant_pod,
+    pending_names,
     sandman_pods,
     wait_until,
 )
@@ -57,7 +58,7 @@ class Rig:
 
     def start(self) -> Rig:
         self.cluster.start()
-        self.cluster._call(self.cluster.store.listeners.append, self.store_clock)
+        self.cluster.add_store_listener(self.store_clock)
         sentinel = self.cluster.put_pod(NS, other_tenant_pod(SENTINEL))
         self.sentinels[SENTINEL] = sentinel["metadata"]["uid"]
         self.caller = Caller()
@@ -104,7 +105,7 @@ class Rig:
         """Let the stand-in finish what it started (an execd still booting for a pod that
         is already gone stops itself once it listens); a stop in the middle of that boot
         would leave the execd process running unowned."""
-        if self.cluster._loop is None:
+        if not self.cluster.started:
             return
         self.cluster.gates.release_all()
         self.cluster.run_until_idle(timeout=60)
@@ -316,8 +317,7 @@ class Trial:
         rows = Sandbox.objects.filter(job=self.job)
         assert set(rows.values_list("state", flat=True)) <= {SandboxState.DELETED}
         assert not PendingDelete.objects.filter(name__startswith=self.prefix).exists()
-        provider = self.controller.provider
-        pending = on_loop(self.controller, lambda: [p.name for p in provider.pending_deletes()])
+        pending = pending_names(self.controller)
         assert [n for n in pending if n.startswith(self.prefix)] == []
 
     # -- timing (benchmark) ----------------------------------------------------------------------
@@ -326,8 +326,8 @@ class Trial:
         (None if it was deleted only by the job's drain, or never sent)."""
         if self.t_trigger is None:
             return {"caller_ms": None, "delete_ms": None, "hold_ms": None}
-        finished = [getattr(c, "finished_at", None) for c in self.calls]
-        finished = [f for f in finished if f is not None and f >= self.t_trigger]
+        stamps = [getattr(c, "finished_at", None) for c in self.calls]
+        finished: list[float] = [f for f in stamps if f is not None and f >= self.t_trigger]
         deleted = self.rig.store_clock.deleted.get(self.subject) if self.subject else None
         drain = self.drain_started
         if deleted is not None and drain is not None and drain > self.t_trigger:

@@ -6,6 +6,11 @@ GET ``gates/{id}`` reports it; POST ``gates/{id}/release``), ``bookmark``, ``com
 ``close-watches``, ``advance`` (manual mode), ``pods/{ns}`` (store a pod of "another
 workload" without going through plans, gates or request counts). These routes are not
 part of the Kubernetes API and are never counted as API requests.
+
+Every handler goes through the cluster's public control API (``StandinCluster.state()``,
+``pods()``, ``put_pod()``, ... and its ``gates``, ``plans``, ``api``, ``store`` and ``sim``
+collaborators), never through a private method: handlers run on the cluster's loop, where
+those methods run at once.
 """
 
 from __future__ import annotations
@@ -14,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from sandboxes.standin.gates import Gate
+from standin.gates import Gate
 
 if TYPE_CHECKING:
-    from sandboxes.standin.cluster import StandinCluster
+    from standin.cluster import StandinCluster
 
 
 def add_routes(app: web.Application, cluster: StandinCluster) -> None:
     gates: dict[int, Gate] = {}
 
     async def state(request: web.Request) -> web.Response:
-        return web.json_response(cluster._state())
+        return web.json_response(cluster.state())
 
     def reader(fn: Any) -> Any:
         async def handler(request: web.Request) -> web.Response:
@@ -104,15 +109,15 @@ def add_routes(app: web.Application, cluster: StandinCluster) -> None:
 
     async def put_pod(request: web.Request) -> web.Response:
         body = await request.json()
-        return web.json_response(cluster._put_pod(request.match_info["ns"], body), status=201)
+        return web.json_response(cluster.put_pod(request.match_info["ns"], body), status=201)
 
     r = app.router
     r.add_get("/_standin/state", state)
-    r.add_get("/_standin/pods", reader(lambda: cluster._pods(None)))
-    r.add_get("/_standin/nodes", reader(lambda: cluster._nodes()))
+    r.add_get("/_standin/pods", reader(lambda: cluster.pods(None)))
+    r.add_get("/_standin/nodes", reader(cluster.nodes))
     r.add_get("/_standin/events", reader(lambda: cluster.events_log.list()))
-    r.add_get("/_standin/address-failures", reader(lambda: cluster._address_failures()))
-    r.add_get("/_standin/requests", reader(lambda: cluster._request_counts()))
+    r.add_get("/_standin/address-failures", reader(cluster.address_failures))
+    r.add_get("/_standin/requests", reader(cluster.request_totals))
     r.add_post("/_standin/plans", add_plan)
     r.add_delete("/_standin/plans", clear_plans)
     r.add_post("/_standin/gates", add_gate)

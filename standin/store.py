@@ -15,6 +15,7 @@ Invariants a reader must not break:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import random
 import uuid
 from collections import deque
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sandboxes.standin.selectors import (
+from standin.selectors import (
     FieldRequirement,
     Requirement,
     fields_match,
@@ -254,7 +255,7 @@ class Store:
                 watcher.queue.put_nowait(event)
 
     # --- watches --------------------------------------------------------------------------
-    def subscribe(self, watcher: Watcher, since: str | None) -> list[dict[str, Any]]:
+    def subscribe(self, watcher: Watcher, since: str | None) -> builtins.list[dict[str, Any]]:
         """Register ``watcher``; return the events it must see first.
 
         No version (or "0"): synthetic ADDED for every current match, as the API server

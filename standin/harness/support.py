@@ -30,10 +30,10 @@ from typing import Any, TypeVar
 from sandboxes import labels as L
 from sandboxes.controller import Controller
 from sandboxes.models import PendingDelete, Sandbox
-from sandboxes.pacing import FakeClock
 from sandboxes.providers.kubernetes import KubernetesConfig, KubernetesProvider, build_api_client
-from sandboxes.standin import StandinCluster
 from sandboxes.states import SandboxState
+from standin import StandinCluster
+from standin.clock import FakeClock
 
 T = TypeVar("T")
 NS = "sandman-e2e"
@@ -140,6 +140,13 @@ def on_loop(controller: Controller, fn: Callable[..., T], *args: Any) -> T:
     return asyncio.run_coroutine_threadsafe(run(), controller.loop).result(timeout=30)
 
 
+def pending_names(controller: Controller) -> list[str]:
+    """Pods in the Kubernetes provider's pending-delete set (read on the controller's loop)."""
+    provider = controller.provider
+    assert isinstance(provider, KubernetesProvider), provider
+    return on_loop(controller, lambda: [p.name for p in provider.pending_deletes()])
+
+
 def cancel_tasks(controller: Controller, prefix: str, *, exact: bool = False) -> list[str]:
     """Cancel the controller's owned tasks named ``prefix`` (exact) or starting with it."""
 
@@ -224,8 +231,7 @@ def audit(
     first = {p["metadata"]["name"]: p for p in cluster.pods(NS)}
     pending: set[str] = set()
     if controller is not None:  # None: the service is dead; its database is all that is left
-        provider = controller.provider
-        pending = set(on_loop(controller, lambda: [p.name for p in provider.pending_deletes()]))
+        pending = set(pending_names(controller))
     rows = dict(
         Sandbox.objects.filter(name__in=list(first))
         .exclude(state=SandboxState.DELETED)

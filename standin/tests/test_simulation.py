@@ -8,10 +8,10 @@ from typing import Any
 
 from kubernetes import client
 
-from sandboxes import labels as L
-from sandboxes.standin import AddressModel, NodeSpec, StandinCluster
-from sandboxes.standin.status import parse_rfc3339
-from sandboxes.tests.standin.conftest import NS, core_for, pod
+from standin import AddressModel, NodeSpec, StandinCluster
+from standin import keys as K
+from standin.status import parse_rfc3339
+from standin.tests.conftest import NS, core_for, pod
 
 SPREAD = {
     "maxSkew": 2,
@@ -64,12 +64,12 @@ def test_a_pod_moves_through_every_stage_with_ordered_stamps(
     p = cluster.pod(NS, "p")
     ann = p["metadata"]["annotations"]
     order = [
-        L.STANDIN_CREATED_AT,
-        L.STANDIN_SCHEDULED_AT,
-        L.STANDIN_ADDRESS_ASSIGNED_AT,
-        L.STANDIN_PULLED_AT,
-        L.STANDIN_STARTED_AT,
-        L.STANDIN_READY_AT,
+        K.CREATED_AT,
+        K.SCHEDULED_AT,
+        K.ADDRESS_ASSIGNED_AT,
+        K.PULLED_AT,
+        K.STARTED_AT,
+        K.READY_AT,
     ]
     stamps = [parse_rfc3339(ann[key]) for key in order]
     assert stamps == sorted(stamps) and stamps[0] < stamps[-1]
@@ -78,7 +78,7 @@ def test_a_pod_moves_through_every_stage_with_ordered_stamps(
     for ctype in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
         assert _condition(p, ctype), ctype
     assert p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
-    assert ann[L.STANDIN_IMAGE_PRESENT] == "false" and float(ann[L.STANDIN_PULL_MS]) > 0
+    assert ann[K.IMAGE_PRESENT] == "false" and float(ann[K.PULL_MS]) > 0
 
 
 def test_spread_lowers_address_failures_versus_packing(
@@ -114,8 +114,8 @@ def test_second_pod_on_a_node_finds_the_image_present(
     cluster.run_until_idle()
     first = cluster.pod(NS, "first")["metadata"]["annotations"]
     second = cluster.pod(NS, "second")["metadata"]["annotations"]
-    assert first[L.STANDIN_IMAGE_PRESENT] == "false" and float(first[L.STANDIN_PULL_MS]) > 0
-    assert second[L.STANDIN_IMAGE_PRESENT] == "true" and float(second[L.STANDIN_PULL_MS]) == 0
+    assert first[K.IMAGE_PRESENT] == "false" and float(first[K.PULL_MS]) > 0
+    assert second[K.IMAGE_PRESENT] == "true" and float(second[K.PULL_MS]) == 0
     reasons = [e["message"] for e in cluster.events() if e["reason"] == "Pulled"]
     assert any("already present" in m for m in reasons)
 
@@ -124,12 +124,12 @@ def test_pull_time_grows_with_image_size(make_cluster: Callable[..., StandinClus
     cluster = make_cluster(nodes=2, mode="manual", images={"big": 1_210_000_000})
     core = core_for(cluster)
     core.create_namespaced_pod(
-        NS, pod("small", image="small", annotations={L.STANDIN_IMAGE_BYTES: "43000000"})
+        NS, pod("small", image="small", annotations={K.IMAGE_BYTES: "43000000"})
     )
     core.create_namespaced_pod(NS, pod("big", image="big"))
     cluster.run_until_idle()
-    small = float(cluster.pod(NS, "small")["metadata"]["annotations"][L.STANDIN_PULL_MS])
-    big = float(cluster.pod(NS, "big")["metadata"]["annotations"][L.STANDIN_PULL_MS])
+    small = float(cluster.pod(NS, "small")["metadata"]["annotations"][K.PULL_MS])
+    big = float(cluster.pod(NS, "big")["metadata"]["annotations"][K.PULL_MS])
     assert big > 10 * small
 
 

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sandboxes.standin.selectors import Requirement, labels_match, parse_label_selector
+from standin.selectors import Requirement, labels_match, parse_label_selector
 
 ACTIONS: dict[str, frozenset[str]] = {
     "create": frozenset(

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandboxes.standin.selectors import Requirement, labels_match
+from standin.selectors import Requirement, labels_match
 
 HOSTNAME = "kubernetes.io/hostname"
 

@@ -1,0 +1,95 @@
+"""The stand-in is a cluster, not a part of Sandman: no Django, no service code, either way.
+
+* Importing every module of ``standin`` (except ``standin.harness``, which drives Sandman's
+  controller on purpose, and the tests) in a fresh interpreter loads no Django and nothing
+  of Sandman's apps.
+* No production module imports ``standin`` (the ``standin_cluster`` command loads it when
+  it runs, and says so when it is missing).
+* The keys the stand-in spells out itself (``standin/keys.py``) are still the ones the
+  Kubernetes provider reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sandboxes import labels
+from standin import keys
+
+REPO = Path(__file__).resolve().parents[2]
+APPS = ("sandboxes", "grading", "incidents", "dashboards", "sandman_site")
+FRAMEWORKS = ("django", "rest_framework", "channels")
+
+IMPORT_ALL = """
+import json, pkgutil, sys
+sys.path.insert(0, sys.argv[1])
+import standin
+names = sorted(
+    m.name
+    for m in pkgutil.walk_packages(standin.__path__, "standin.")
+    if not m.name.startswith(("standin.harness", "standin.tests"))
+)
+for name in names:
+    __import__(name)
+print(json.dumps({"imported": names, "loaded": sorted(sys.modules)}))
+"""
+
+
+def test_no_standin_module_outside_the_harness_loads_django_or_sandman() -> None:
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", IMPORT_ALL, str(REPO)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    answer = json.loads(out)
+    assert {"standin.cluster", "standin.cli", "standin.clock", "standin.server"} <= set(
+        answer["imported"]
+    )
+    leaked = [m for m in answer["loaded"] if m.split(".")[0] in APPS + FRAMEWORKS]
+    assert leaked == []
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_no_production_module_imports_the_standin() -> None:
+    offenders = []
+    for app in APPS:
+        for path in sorted((REPO / app).rglob("*.py")):
+            if "tests" in path.relative_to(REPO).parts:
+                continue
+            if any(name.split(".")[0] == "standin" for name in _imports(path)):
+                offenders.append(str(path.relative_to(REPO)))
+    assert offenders == []
+
+
+def test_the_standins_own_keys_are_the_ones_the_provider_reads() -> None:
+    assert keys.EXECD_TOKEN_ENV == labels.EXECD_TOKEN_ENV
+    assert keys.EXECD_PORT_ANNOTATION == labels.EXECD_PORT_ANNOTATION
+    pairs = {
+        keys.CREATED_AT: labels.STANDIN_CREATED_AT,
+        keys.SCHEDULED_AT: labels.STANDIN_SCHEDULED_AT,
+        keys.ADDRESS_ASSIGNED_AT: labels.STANDIN_ADDRESS_ASSIGNED_AT,
+        keys.ADDRESS_FAILURES: labels.STANDIN_ADDRESS_FAILURES,
+        keys.PULLED_AT: labels.STANDIN_PULLED_AT,
+        keys.IMAGE_PRESENT: labels.STANDIN_IMAGE_PRESENT,
+        keys.PULL_MS: labels.STANDIN_PULL_MS,
+        keys.STARTED_AT: labels.STANDIN_STARTED_AT,
+        keys.READY_AT: labels.STANDIN_READY_AT,
+        keys.IMAGE_BYTES: labels.STANDIN_IMAGE_BYTES,
+    }
+    assert [ours for ours, theirs in pairs.items() if ours != theirs] == []
