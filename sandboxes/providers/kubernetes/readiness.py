@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from sandboxes.providers.base import Handle, ReadyInfo
-from sandboxes.providers.k8s_informer import (
+from sandboxes.providers.kubernetes.informer import (
     Pod,
     _meta,
     _status,

@@ -39,16 +39,16 @@ from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import OwnedSandbox, OwnerRef
-from sandboxes.providers.k8s_creates import CreateMixin
-from sandboxes.providers.k8s_deletes import DeleteMixin, PendingDelete
-from sandboxes.providers.k8s_informer import (
+from sandboxes.providers.kubernetes.creator import CreateMixin
+from sandboxes.providers.kubernetes.deleter import DeleteMixin, PendingDelete
+from sandboxes.providers.kubernetes.informer import (
     Pod,
     PodInformer,
     pod_failure,
     pod_is_ready,
     ready_info,
 )
-from sandboxes.providers.k8s_manifest import (
+from sandboxes.providers.kubernetes.manifest import (
     DEFAULT_CARRIER_IMAGE,
     SELECTOR,
     TRANSPORT_ERRORS,
@@ -60,7 +60,7 @@ from sandboxes.providers.k8s_manifest import (
     execd_launcher,
     pod_labels,
 )
-from sandboxes.providers.k8s_readiness import ReadinessMixin, Waiter
+from sandboxes.providers.kubernetes.readiness import ReadinessMixin, Waiter
 from sandman_site.errors import ProviderError, SandboxNotReady
 
 __all__ = [

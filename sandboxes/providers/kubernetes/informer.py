@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import ReadyInfo
-from sandboxes.providers.k8s_manifest import (
+from sandboxes.providers.kubernetes.manifest import (
     SELECTOR,
     TRANSPORT_ERRORS,
     KubernetesConfig,

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import Handle, OwnerRef
-from sandboxes.providers.k8s_manifest import SELECTOR, TRANSPORT_ERRORS, describe
+from sandboxes.providers.kubernetes.manifest import SELECTOR, TRANSPORT_ERRORS, describe
 from sandman_site.errors import ProviderError
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import Handle, SandboxSpec
-from sandboxes.providers.k8s_deletes import PendingDelete, Unconfirmed
-from sandboxes.providers.k8s_manifest import TRANSPORT_ERRORS, build_pod_manifest, describe
+from sandboxes.providers.kubernetes.deleter import PendingDelete, Unconfirmed
+from sandboxes.providers.kubernetes.manifest import TRANSPORT_ERRORS, build_pod_manifest, describe
 from sandman_site.errors import (
     ProviderAmbiguous,
     ProviderConflict,
