@@ -1,14 +1,15 @@
-"""Kubernetes backend: one pod per sandbox, readiness from ONE list+watch of Sandman's pods.
+"""``KubernetesProvider``: a thin facade over the collaborators of the Kubernetes backend.
 
-The provider is split by concern; this module holds the class and its plumbing and
-re-exports the public names:
+The facade builds each collaborator once, handing it in its constructor only what it
+uses, and forwards the ``Provider`` calls to them:
 
-* ``k8s_manifest``  -- :class:`KubernetesConfig`, :func:`build_pod_manifest`, the execd
-  boot command and launcher, :func:`build_api_client`;
-* ``k8s_informer``  -- readiness facts from raw pod JSON and :class:`PodInformer`;
-* ``k8s_readiness`` -- informer callbacks, ``wait_ready``, ``health``;
-* ``k8s_creates``   -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
-* ``k8s_deletes``   -- ``destroy``, the pending set, owners and the per-job anchor.
+* ``calls.ApiCalls`` -- the executor every blocking client call runs on;
+* ``readiness.ReadinessTracker`` -- the informer's cache, waiters, ``wait_ready``;
+* ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
+* ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
+* ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
+* ``listing.PodLister`` -- ``list_owned``;
+* ``health.ExecdHealth`` -- the one place this backend calls execd.
 
 Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
 
@@ -18,73 +19,37 @@ Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
   precondition) only if it carries this create's nonce. A 4xx sends no read and no
   delete; a 409 for a pod without our nonce is ``ProviderConflict`` and it is left alone.
 * ``destroy`` is idempotent; an unconfirmed delete stays pending until confirmed.
-* Every blocking client call runs on the provider's own executor (``max_workers``
-  threads, one connection each); ``work_item_hook(op, name)`` runs first in that thread,
-  so a test gate can hold a call before any request is sent (and, with ``op="health"``,
-  an execd health probe). ``sleep`` is the only clock of backoffs and readiness budgets.
+* The informer starts on the first call made on an event loop and serves only that loop;
+  once closed, every entry point raises ``ProviderError``. ``sleep`` is the only clock of
+  backoffs and readiness budgets.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-import aiohttp
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from sandboxes import labels as L
-from sandboxes.providers.base import OwnedSandbox, OwnerRef
-from sandboxes.providers.kubernetes.creator import CreateMixin
-from sandboxes.providers.kubernetes.deleter import DeleteMixin, PendingDelete
-from sandboxes.providers.kubernetes.informer import (
-    Pod,
-    PodInformer,
-    pod_failure,
-    pod_is_ready,
-    ready_info,
-)
-from sandboxes.providers.kubernetes.manifest import (
-    DEFAULT_CARRIER_IMAGE,
-    SELECTOR,
-    TRANSPORT_ERRORS,
+from sandboxes.providers.base import Handle, OwnedSandbox, OwnerRef, ReadyInfo, SandboxSpec
+from sandboxes.providers.kubernetes.anchors import Anchors, anchor_name
+from sandboxes.providers.kubernetes.calls import ApiCalls, Background, WorkItemHook
+from sandboxes.providers.kubernetes.config import (
     KubernetesConfig,
-    boot_command,
     build_api_client,
-    build_pod_manifest,
-    describe,
-    execd_launcher,
-    pod_labels,
+    config_from_settings,
 )
-from sandboxes.providers.kubernetes.readiness import ReadinessMixin, Waiter
-from sandman_site.errors import ProviderError, SandboxNotReady
-
-__all__ = [
-    "DEFAULT_CARRIER_IMAGE",
-    "SELECTOR",
-    "KubernetesConfig",
-    "KubernetesProvider",
-    "PendingDelete",
-    "PodInformer",
-    "boot_command",
-    "build_api_client",
-    "build_pod_manifest",
-    "execd_launcher",
-    "pod_failure",
-    "pod_is_ready",
-    "pod_labels",
-    "ready_info",
-]
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
+from sandboxes.providers.kubernetes.creator import PodCreator
+from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, PodDeleter
+from sandboxes.providers.kubernetes.health import ExecdHealth
+from sandboxes.providers.kubernetes.informer import PodInformer
+from sandboxes.providers.kubernetes.listing import PodLister
+from sandboxes.providers.kubernetes.readiness import ReadinessTracker
+from sandman_site.errors import ProviderError
 
 
-class KubernetesProvider(ReadinessMixin, CreateMixin, DeleteMixin):
+class KubernetesProvider:
     name = "kubernetes"
 
     def __init__(
@@ -96,165 +61,137 @@ class KubernetesProvider(ReadinessMixin, CreateMixin, DeleteMixin):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_pending: Callable[[PendingDelete], None] | None = None,
         on_deleted: Callable[[str, str], None] | None = None,
-        work_item_hook: Callable[[str, str], None] | None = None,
+        work_item_hook: WorkItemHook | None = None,
     ) -> None:
-        self.config = config or KubernetesConfig()
+        self.config = cfg = config or KubernetesConfig()
         self._owns_client = api_client is None
-        self.api_client = api_client or build_api_client(self.config)
-        self.core = client.CoreV1Api(self.api_client)
-        self._backoff = backoff or (
-            lambda n: min(self.config.backoff_max_s, self.config.backoff_initial_s * 2**n)
-        )
-        self._sleep = sleep
-        self.on_pending, self.on_deleted = on_pending, on_deleted
-        self.work_item_hook = work_item_hook
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.config.max_workers, thread_name_prefix="sandman-k8s"
-        )
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.api_client = api_client or build_api_client(cfg)
+        self.core = core = client.CoreV1Api(self.api_client)
+        backoff = backoff or (lambda n: min(cfg.backoff_max_s, cfg.backoff_initial_s * 2**n))
         self.informer: PodInformer | None = None
-        self._cache: dict[str, Pod] = {}
-        # Recently deleted uids: a wait_ready that starts after the DELETED event still fails
-        # at once instead of waiting out its budget. Bounded, oldest first out.
-        self._deleted: OrderedDict[str, None] = OrderedDict()
-        # Creates this provider saw stored (name -> uid, when, version) and the last list
-        # (when it started, its version): together they tell "deleted before we ever saw it".
-        self._stored: dict[str, tuple[str, float, str]] = {}
-        self._listed: tuple[float, str] | None = None
-        self._waiters: dict[str, list[Waiter]] = {}
-        self._pending: dict[str, PendingDelete] = {}
-        self._owners: dict[int, asyncio.Future[OwnerRef]] = {}  # job id -> pods' owner
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._retrier: asyncio.Task[None] | None = None
-        self._http: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        start = self._ensure_started
+
+        self._calls = calls = ApiCalls(cfg.max_workers, work_item_hook)
+        self._background = background = Background()
+        self._health = ExecdHealth(cfg.health_timeout_s, work_item_hook)
+        self._readiness = ReadinessTracker(
+            cfg, ensure_started=start, health=self._health.check, sleep=sleep
+        )
+        hooks = DeleteHooks(on_pending, on_deleted)
+        self._deleter = PodDeleter(
+            core,
+            cfg,
+            calls=calls,
+            background=background,
+            hooks=hooks,
+            ensure_started=start,
+            forget_stored=self._readiness.forget_stored,
+            sleep=sleep,
+            backoff=backoff,
+        )
+        self._creator = PodCreator(
+            core,
+            cfg,
+            backend=self.name,
+            calls=calls,
+            background=background,
+            deleter=self._deleter,
+            hooks=hooks,
+            ensure_started=start,
+            note_stored=self._readiness.note_stored,
+        )
+        self._anchors = Anchors(
+            core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
+        )
+        self._lister = PodLister(core, cfg, calls=calls, ensure_started=start)
 
     @classmethod
     def from_settings(cls, settings: Any = None, **kwargs: Any) -> KubernetesProvider:
         """Build from Django settings (``SANDMAN_NAMESPACE``, ``SANDMAN_KUBECONFIG``, and the
-        optional ``SANDMAN_EXECD_*`` / ``SANDMAN_K8S_*`` values below, defaults if unset)."""
+        optional ``SANDMAN_EXECD_*`` / ``SANDMAN_K8S_*`` values, defaults if unset)."""
         if settings is None:
-            from django.conf import settings
+            from django.conf import settings  # Django only when asked to read its settings
+        return cls(config_from_settings(settings), **kwargs)
 
-        def get(name: str, default: Any) -> Any:
-            value = getattr(settings, name, None)
-            return default if value is None or value == "" else value
-
-        defaults = KubernetesConfig()
-        config = KubernetesConfig(
-            namespace=get("SANDMAN_NAMESPACE", defaults.namespace),
-            kubeconfig=get("SANDMAN_KUBECONFIG", None),
-            execd_port=int(get("SANDMAN_EXECD_PORT", defaults.execd_port)),
-            carrier_image=get("SANDMAN_EXECD_CARRIER_IMAGE", defaults.carrier_image),
-            workspace=get("SANDMAN_K8S_WORKSPACE", defaults.workspace),
-            max_workers=int(get("SANDMAN_K8S_WORKERS", defaults.max_workers)),
-            request_timeout_s=float(
-                get("SANDMAN_K8S_REQUEST_TIMEOUT_S", defaults.request_timeout_s)
-            ),
-            watch_timeout_s=int(get("SANDMAN_K8S_WATCH_TIMEOUT_S", defaults.watch_timeout_s)),
-            verify_health=bool(get("SANDMAN_K8S_VERIFY_HEALTH", defaults.verify_health)),
-            drop_all_capabilities=bool(
-                get("SANDMAN_K8S_DROP_ALL_CAPABILITIES", defaults.drop_all_capabilities)
-            ),
-        )
-        return cls(config, **kwargs)
-
-    # --- plumbing ---------------------------------------------------------------------------
     def _ensure_started(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if self._closed:
             raise ProviderError("the kubernetes provider is closed")
         if self._loop is None:
             self._loop = loop
-            self.informer = PodInformer(self.core, self.config, loop, self._on_sync, self._on_event)
+            self.informer = PodInformer(
+                self.core, self.config, loop, self._readiness.on_sync, self._readiness.on_event
+            )
             self.informer.start()
         return loop
 
-    def _submit(
-        self, op: str, name: str, fn: Callable[..., T], *args: Any
-    ) -> concurrent.futures.Future[T]:
-        hook = self.work_item_hook
+    # --- the Provider protocol ----------------------------------------------------------------
+    async def create(self, spec: SandboxSpec) -> Handle:
+        return await self._creator.create(spec)
 
-        def item() -> T:
-            if hook is not None:
-                hook(op, name)  # a test gate may hold the item here, before any request
-            return fn(*args)
+    async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
+        return await self._readiness.wait_ready(handle, budget_s)
 
-        return self._executor.submit(item)
+    async def health(self, handle: Handle, address: str, token: str) -> bool:
+        return await self._health.check(handle.name, address, token)
 
-    async def _in_thread(self, op: str, name: str, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking client call; a cancelled caller does not stop the call."""
-        answer = asyncio.wrap_future(self._submit(op, name, fn, *args))
-        # If the caller is gone, nobody reads the outcome: mark it read (the caller's own
-        # cancellation path has already put the pod in the pending set).
-        answer.add_done_callback(lambda f: f.cancelled() or f.exception())
-        return await asyncio.shield(answer)
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _hook(self, fn: Callable[..., None] | None, *args: Any) -> None:
-        if fn is None:
-            return
-        try:
-            fn(*args)
-        except Exception:  # a broken hook must not lose the pod: it stays in our set
-            log.exception("kubernetes provider hook %s failed", fn)
+    async def destroy(self, handle: Handle) -> None:
+        await self._deleter.destroy(handle)
 
     async def list_owned(self) -> list[OwnedSandbox]:
-        self._ensure_started()
-        try:
-            pods = await self._in_thread(
-                "list",
-                "",
-                lambda: self.core.list_namespaced_pod(
-                    self.config.namespace,
-                    label_selector=SELECTOR,
-                    _request_timeout=self.config.request_timeout_s,
-                ),
-            )
-        except (ApiException, *TRANSPORT_ERRORS) as exc:
-            raise ProviderError(f"listing Sandman's pods failed: {describe(exc)}") from exc
-        owned = []
-        for pod in pods.items:
-            meta, labels = pod.metadata, pod.metadata.labels or {}
-            job = labels.get(L.JOB, "")
-            owned.append(
-                OwnedSandbox(
-                    name=meta.name,
-                    uid=meta.uid,
-                    nonce=(meta.annotations or {}).get(L.NONCE_ANNOTATION, ""),
-                    job_id=int(job) if job.isdigit() else None,
-                    role=labels.get(L.ROLE, ""),
-                    phase=pod.status.phase if pod.status else "",
-                    created=meta.creation_timestamp,
-                )
-            )
-        return owned
+        return await self._lister.list_owned()
 
-    # --- shutdown ---------------------------------------------------------------------------
+    def check_image(self, image: str, base_commit: str | None) -> bool | None:
+        """No answer before a create: a cluster learns of a bad image at pull time."""
+        return None
+
+    # --- owners and anchors -----------------------------------------------------------------
+    async def owner_for(self, job_id: int, trainer: OwnerRef | None) -> OwnerRef | None:
+        """The owner the job's pods name: ``trainer`` if that pod lives in the sandbox
+        namespace with that uid, else the job's anchor (created now if needed)."""
+        return await self._anchors.owner_for(job_id, trainer)
+
+    async def ensure_anchor(self, job_id: int) -> OwnerRef:
+        return await self._anchors.ensure_anchor(job_id)
+
+    async def list_anchors(self) -> list[int]:
+        return await self._anchors.list_anchors()
+
+    async def delete_anchor(self, job_id: int) -> None:
+        await self._anchors.delete_anchor(job_id)
+
+    @staticmethod
+    def anchor_name(job_id: int) -> str:
+        return anchor_name(job_id)
+
+    # --- pending deletes ----------------------------------------------------------------------
+    def pending_deletes(self) -> list[PendingDelete]:
+        return self._deleter.pending_deletes()
+
+    def add_pending(self, name: str, uid: str, nonce: str) -> None:
+        """Adopt a pending delete recorded elsewhere (the pool's table after a restart)."""
+        self._deleter.adopt(name, uid, nonce)
+
+    async def flush_pending(self) -> int:
+        """Try every pending delete once; returns how many were confirmed."""
+        return await self._deleter.flush_pending()
+
+    # --- shutdown -----------------------------------------------------------------------------
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._retrier is not None:
-            self._retrier.cancel()
-        settling = [t for t in self._tasks if t is not self._retrier]
+        retrier = self._deleter.stop()
+        settling = [t for t in self._background.running() if t is not retrier]
         if settling:  # abandoned creates still own pods: let them finish their delete
             await asyncio.wait(settling, timeout=self.config.request_timeout_s * 2)
+        loop = asyncio.get_running_loop()
         if self.informer is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.informer.stop)
-        for waiters in self._waiters.values():
-            for waiter in waiters:
-                if not waiter.future.done():
-                    waiter.future.set_exception(
-                        SandboxNotReady("the provider closed", {"name": waiter.name})
-                    )
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        if self._http is not None:
-            await self._http.close()
+            await loop.run_in_executor(None, self.informer.stop)
+        self._readiness.close()
+        await loop.run_in_executor(None, self._calls.shutdown)
+        await self._health.close()
         if self._owns_client:
             self.api_client.close()
