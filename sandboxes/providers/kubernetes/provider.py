@@ -19,9 +19,9 @@ Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
   precondition) only if it carries this create's nonce. A 4xx sends no read and no
   delete; a 409 for a pod without our nonce is ``ProviderConflict`` and it is left alone.
 * ``destroy`` is idempotent; an unconfirmed delete stays pending until confirmed.
-* The informer starts on the first call made on an event loop and serves only that loop;
-  once closed, every entry point raises ``ProviderError``. ``sleep`` is the only clock of
-  backoffs and readiness budgets.
+* The informer starts on the first call that needs the cluster and serves only the event
+  loop of that call; once closed, every such call raises ``ProviderError``. ``sleep`` is
+  the only clock of backoffs and readiness budgets.
 """
 
 from __future__ import annotations
