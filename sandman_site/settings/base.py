@@ -136,7 +136,7 @@ LOGGING = {
 SANDMAN_BACKEND = env_str("SANDMAN_BACKEND", "local")
 SANDMAN_NAMESPACE = env_str("SANDMAN_NAMESPACE", "sandman")
 SANDMAN_KUBECONFIG = env_str("KUBECONFIG")
-# Kubernetes backend (sandboxes/providers/kubernetes.py).
+# Kubernetes backend (sandboxes/providers/kubernetes/).
 SANDMAN_EXECD_CARRIER_IMAGE = env_str(
     "SANDMAN_EXECD_CARRIER_IMAGE", "ghcr.io/sandman-rl/execd-carrier:0.1.0"
 )

@@ -4,8 +4,10 @@
 the REST layer refuse an unknown image (``UnknownImage``, 400) before queueing an acquire.
 Module map: ``images`` (image -> workspace), ``isolation`` (bubblewrap launch, guards),
 ``cgroups`` (limits), ``procs`` (pids, reaping), ``records`` (on-disk record),
-``readiness`` / ``teardown`` (wait_ready / destroy), ``wire`` (asyncio I/O helpers),
-``sandbox_init`` (the sandbox's first process; standard library only).
+``readiness`` / ``teardown`` (wait_ready / destroy: collaborators the provider builds,
+each given what it uses), ``locks`` (one create/destroy per name), ``health`` (execd's
+health: the one execd call), ``wire`` (asyncio I/O helpers), ``sandbox_init`` (the
+sandbox's first process; standard library only).
 """
 
 from __future__ import annotations

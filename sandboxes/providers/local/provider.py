@@ -30,19 +30,19 @@ Ordering rules (base.py's contract, and what the controller relies on after a re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import os
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from sandboxes.providers.base import Handle, OwnedSandbox, OwnerRef, ReadyInfo, SandboxSpec
-from sandboxes.providers.local import cgroups, procs, records, wire
+from sandboxes.providers.local import cgroups, procs, records
+from sandboxes.providers.local.health import ExecdHealth
 from sandboxes.providers.local.images import (
     ImageSource,
     chown_tree,
@@ -50,8 +50,11 @@ from sandboxes.providers.local.images import (
     resolve_image,
     validate_image,
 )
+from sandboxes.providers.local.locks import NameLocks
+from sandboxes.providers.local.readiness import ReadinessWaiter
 from sandboxes.providers.local.runtime import MODES, Runtime, detect
 from sandboxes.providers.local.spawn import Live, Plan, spawn
+from sandboxes.providers.local.teardown import Teardown
 from sandman_site.errors import (
     GuardUnavailable,
     InvalidInput,
@@ -67,12 +70,6 @@ _REPO = Path(__file__).resolve().parents[3]
 
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-@dataclass
-class _NameLock:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
 
 
 class LocalProvider:
@@ -113,11 +110,29 @@ class LocalProvider:
         self._monotonic = monotonic
         self._runtime: Runtime | None = None
         self._runtime_lock = asyncio.Lock()
-        self._locks: dict[str, _NameLock] = {}
+        self._locks = NameLocks()
         self._live: dict[str, Live] = {}
-        self._background: set[asyncio.Future[object]] = set()
-        self._health = wire.KeptConnections()
+        self._background: set[asyncio.Future[Any]] = set()
         self._cgroup_prefix = uuid.uuid5(uuid.NAMESPACE_URL, str(self.root)).hex[:8]
+        self._execd = ExecdHealth(health_timeout_s)
+        self._readiness = ReadinessWaiter(
+            root=self.root,
+            live=self._live,
+            health=self.health,
+            runtime=self.runtime,
+            host_id=self.host_id,
+            clock=clock,
+            monotonic=monotonic,
+        )
+        self._teardown = Teardown(
+            root=self.root,
+            locks=self._locks,
+            live=self._live,
+            runtime=self.runtime,
+            host_id=self.host_id,
+            monotonic=monotonic,
+            kill_grace_s=kill_grace_s,
+        )
 
     @classmethod
     def from_settings(cls) -> LocalProvider:
@@ -182,7 +197,7 @@ class LocalProvider:
             resolve_image, spec.image, spec.base_commit, images_dir=self.images_dir
         )
         directory = self.root / name
-        async with self._lock(name):
+        async with self._locks.hold(name):
             try:
                 directory.mkdir(mode=0o711)
             except FileExistsError:
@@ -342,31 +357,19 @@ class LocalProvider:
     # --- ready and health ----------------------------------------------------------------
 
     async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
-        from sandboxes.providers.local.readiness import wait_ready
-
-        return await wait_ready(self, handle, budget_s)
+        return await self._readiness.wait_ready(handle, budget_s)
 
     async def health(self, handle: Handle, address: str, token: str) -> bool:
-        try:
-            status, body = await self._health.get_json(
-                handle.name, address, "/health", timeout_s=self.health_timeout_s
-            )
-        except (OSError, TimeoutError, ValueError, EOFError, asyncio.LimitOverrunError):
-            return False
-        return status == 200 and isinstance(body, dict) and body.get("ok") is True
+        return await self._execd.check(handle.name, address)
 
     # --- destroy, list, close -------------------------------------------------------------
 
     async def destroy(self, handle: Handle) -> None:
-        from sandboxes.providers.local.teardown import destroy
-
-        self._health.drop(handle.name)
-        await destroy(self, handle)
+        self._execd.forget(handle.name)
+        await self._teardown.destroy(handle)
 
     async def _undo(self, name: str, directory: Path) -> None:
-        from sandboxes.providers.local.teardown import tear_down
-
-        await tear_down(self, name, directory, records.read(directory))
+        await self._teardown.tear_down(name, directory, records.read(directory))
 
     async def list_owned(self) -> list[OwnedSandbox]:
         return await asyncio.to_thread(self._list_owned)
@@ -402,25 +405,12 @@ class LocalProvider:
         """Finish background destroys; close ready pipes. Sandboxes keep running."""
         while self._background:  # a settling create may add its destroy
             await asyncio.gather(*list(self._background), return_exceptions=True)
-        self._health.close()
+        self._execd.close()
         for live in self._live.values():
             if live.ready_fd is not None:
                 os.close(live.ready_fd)
                 live.ready_fd = None
         self._live.clear()
-
-    @contextlib.asynccontextmanager
-    async def _lock(self, name: str) -> AsyncIterator[None]:
-        """One create/destroy at a time per name; the entry goes when nobody holds it."""
-        entry = self._locks.setdefault(name, _NameLock())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0:
-                self._locks.pop(name, None)
 
     # --- the rest of the Provider protocol: no owners, no anchors, no pending set ----------
 

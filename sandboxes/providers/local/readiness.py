@@ -1,5 +1,9 @@
 """``wait_ready`` for the local backend: the ready line, one good health answer, guards.
 
+:class:`ReadinessWaiter` receives what it uses from the provider in its constructor (the
+root, the table of sandboxes this process spawned, the health check, the host's runtime,
+the clocks); it never sees the provider itself.
+
 Invariants:
 * A sandbox is Ready only after execd said ``listening on`` AND answered ``/health``
   with ``ok: true`` at the address we hand out.
@@ -19,14 +23,14 @@ import asyncio
 import datetime as dt
 import os
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from sandboxes.providers.base import Handle, ReadyInfo
 from sandboxes.providers.local import isolation, procs, records, wire
+from sandboxes.providers.local.runtime import Runtime
+from sandboxes.providers.local.spawn import Live
 from sandman_site.errors import SandboxNotReady
-
-if TYPE_CHECKING:
-    from sandboxes.providers.local.provider import LocalProvider
 
 _HEALTH_RETRY_S = 0.01
 _LOCAL_HOSTS = ("", "0.0.0.0", "127.0.0.1", "localhost", "::", "::1")
@@ -73,80 +77,120 @@ def _first_sandbox_process(record: records.SandboxRecord) -> int | None:
     return None
 
 
-async def _apply_cpu_limit(
-    provider: LocalProvider, record: records.SandboxRecord, directory: os.PathLike[str]
-) -> dict[str, object]:
-    """Write the deferred CPU limit (provider.py); what the kernel reports goes in guards."""
-    runtime = await provider.runtime()
-    millis = record.cpu_millis_pending
-    assert millis
-    try:
-        if runtime.cgroups is None:
-            raise OSError("no cgroup driver")
-        applied = runtime.cgroups.set_cpu(provider.host_id(record.name), millis)
-    except OSError as exc:
-        raise _not_ready(record.name, f"its CPU limit could not be set: {exc}", directory) from exc
-    record.cpu_millis_pending = None
-    return applied
+class ReadinessWaiter:
+    """``wait_ready`` of the local backend.
 
+    ``live`` is the provider's table of sandboxes this process spawned (shared, not
+    copied: their ready pipes are read and closed here); ``health(handle, address,
+    token)`` is the provider's health check; ``host_id(name)`` names the sandbox's cgroup.
+    """
 
-async def wait_ready(provider: LocalProvider, handle: Handle, budget_s: float) -> ReadyInfo:
-    deadline = provider._monotonic() + budget_s
-    name = records.check_name(handle.name)
-    directory = provider.root / name
-    record = records.read(directory)
-    if record is None:
-        raise SandboxNotReady(f"Sandbox {name!r} does not exist here.", {"name": name})
-    live = provider._live.get(name)
-    timeline = (
-        dict(live.timeline)
-        if live
-        else {k: dt.datetime.fromisoformat(v) for k, v in record.timeline.items()}
-    )
-    address = record.address
-    if live is not None and live.ready_fd is not None:
+    def __init__(
+        self,
+        *,
+        root: Path,
+        live: dict[str, Live],
+        health: Callable[[Handle, str, str], Awaitable[bool]],
+        runtime: Callable[[], Awaitable[Runtime]],
+        host_id: Callable[[str], str],
+        clock: Callable[[], dt.datetime],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._root, self._live = root, live
+        self._health, self._runtime, self._host_id = health, runtime, host_id
+        self._clock, self._monotonic = clock, monotonic
+
+    async def _apply_cpu_limit(
+        self, record: records.SandboxRecord, directory: os.PathLike[str]
+    ) -> dict[str, object]:
+        """Write the deferred CPU limit (provider.py); what the kernel reports goes in guards."""
+        runtime = await self._runtime()
+        millis = record.cpu_millis_pending
+        assert millis
         try:
-            line = await wire.read_line(live.ready_fd, deadline - provider._monotonic())
-        except TimeoutError:
+            if runtime.cgroups is None:
+                raise OSError("no cgroup driver")
+            applied = runtime.cgroups.set_cpu(self._host_id(record.name), millis)
+        except OSError as exc:
             raise _not_ready(
-                name, f"execd did not listen within {budget_s:g} s", directory
-            ) from None
-        os.close(live.ready_fd)
-        live.ready_fd = None
-        address = _address(line) or ""
+                record.name, f"its CPU limit could not be set: {exc}", directory
+            ) from exc
+        record.cpu_millis_pending = None
+        return applied
+
+    async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
+        deadline = self._monotonic() + budget_s
+        name = records.check_name(handle.name)
+        directory = self._root / name
+        record = records.read(directory)
+        if record is None:
+            raise SandboxNotReady(f"Sandbox {name!r} does not exist here.", {"name": name})
+        live = self._live.get(name)
+        timeline = (
+            dict(live.timeline)
+            if live
+            else {k: dt.datetime.fromisoformat(v) for k, v in record.timeline.items()}
+        )
+        address = record.address
+        if live is not None and live.ready_fd is not None:
+            try:
+                line = await wire.read_line(live.ready_fd, deadline - self._monotonic())
+            except TimeoutError:
+                raise _not_ready(
+                    name, f"execd did not listen within {budget_s:g} s", directory
+                ) from None
+            os.close(live.ready_fd)
+            live.ready_fd = None
+            address = _address(line) or ""
+            if not address:
+                why = line.decode("utf-8", "replace").strip() or "its first process exited"
+                raise _not_ready(name, why, directory)
+            timeline["address_assigned"] = self._clock()
+            record.address = address
+            records.write(directory, record)
         if not address:
-            why = line.decode("utf-8", "replace").strip() or "its first process exited"
-            raise _not_ready(name, why, directory)
-        timeline["address_assigned"] = provider._clock()
-        record.address = address
+            raise _not_ready(name, "no address is known (started by another process?)", directory)
+        while not await self._health(handle, address, ""):
+            if self._monotonic() >= deadline:
+                raise _not_ready(
+                    name, f"execd at {address} did not answer health in time", directory
+                )
+            await asyncio.sleep(_HEALTH_RETRY_S)
+        guards = dict(record.guards)
+        if record.cpu_millis_pending:
+            guards.update(await self._apply_cpu_limit(record, directory))
+        timeline["ready"] = self._clock()
+        return self._confirmed(name, directory, record, address, guards, timeline)
+
+    def _confirmed(
+        self,
+        name: str,
+        directory: Path,
+        record: records.SandboxRecord,
+        address: str,
+        guards: dict[str, object],
+        timeline: dict[str, dt.datetime],
+    ) -> ReadyInfo:
+        """Read the guards from the running sandbox, record them, and answer Ready."""
+        init = _first_sandbox_process(record)
+        if init is None:
+            raise _not_ready(name, "its processes are gone", directory)
+        measured = isolation.measure_guards(init)
+        if "host_uid" not in measured:
+            raise _not_ready(
+                name, "its first process vanished while its guards were read", directory
+            )
+        guards.update(measured)
+        guards["egress"] = "denied" if measured.get("net_ns") else "allowed"
+        if record.egress == "deny" and not measured.get("net_ns"):
+            raise _not_ready(name, "its network namespace could not be confirmed", directory)
+        record.guards = guards
+        record.timeline = {k: records.stamp(v) for k, v in timeline.items()}
         records.write(directory, record)
-    if not address:
-        raise _not_ready(name, "no address is known (started by another process?)", directory)
-    while not await provider.health(handle, address, ""):
-        if provider._monotonic() >= deadline:
-            raise _not_ready(name, f"execd at {address} did not answer health in time", directory)
-        await asyncio.sleep(_HEALTH_RETRY_S)
-    guards = dict(record.guards)
-    if record.cpu_millis_pending:
-        guards.update(await _apply_cpu_limit(provider, record, directory))
-    timeline["ready"] = provider._clock()
-    init = _first_sandbox_process(record)
-    if init is None:
-        raise _not_ready(name, "its processes are gone", directory)
-    measured = isolation.measure_guards(init)
-    if "host_uid" not in measured:
-        raise _not_ready(name, "its first process vanished while its guards were read", directory)
-    guards.update(measured)
-    guards["egress"] = "denied" if measured.get("net_ns") else "allowed"
-    if record.egress == "deny" and not measured.get("net_ns"):
-        raise _not_ready(name, "its network namespace could not be confirmed", directory)
-    record.guards = guards
-    record.timeline = {k: records.stamp(v) for k, v in timeline.items()}
-    records.write(directory, record)
-    return ReadyInfo(
-        address=address,
-        node=socket.gethostname(),
-        guards=guards,
-        timeline=timeline,
-        image_present=True,
-    )
+        return ReadyInfo(
+            address=address,
+            node=socket.gethostname(),
+            guards=guards,
+            timeline=timeline,
+            image_present=True,
+        )

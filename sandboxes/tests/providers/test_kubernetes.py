@@ -597,6 +597,19 @@ async def test_list_owned_reports_only_pods_with_the_managed_by_label(
 
 
 @pytest.mark.asyncio
+async def test_check_image_has_no_answer_before_a_create_and_sends_no_request(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """A cluster learns of a bad image at pull time: the API layer must not refuse it."""
+    cluster = make_cluster(nodes=1)
+    provider = make_provider(cluster)
+    assert provider.check_image("registry.invalid/no-such-image:1", None) is None
+    assert provider.check_image("python:3.11", "abc123") is None
+    assert provider.informer is None  # nothing was started, nothing was asked
+    assert counts(cluster, "list") == counts(cluster, "get") == 0
+
+
+@pytest.mark.asyncio
 async def test_from_settings_loads_the_kubeconfig_into_its_own_configuration(
     make_cluster: MakeCluster, tmp_path: Path
 ) -> None:

@@ -1,4 +1,4 @@
-"""Kubernetes backend, part 4: a create that runs to settlement, whatever its caller does.
+"""Kubernetes backend: the pod creator. A create runs to settlement, whatever its caller does.
 
 Rules a reader must not break (paper §4.4, Appendix F, Table 2 rows 1 and 2):
 * Every create carries a pre-assigned name and a nonce annotation. The HTTP call runs in a
@@ -19,6 +19,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,15 @@ from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import Handle, SandboxSpec
-from sandboxes.providers.k8s_deletes import PendingDelete, Unconfirmed
-from sandboxes.providers.k8s_manifest import TRANSPORT_ERRORS, build_pod_manifest, describe
+from sandboxes.providers.kubernetes.calls import ApiCalls, Background
+from sandboxes.providers.kubernetes.config import TRANSPORT_ERRORS, KubernetesConfig, describe
+from sandboxes.providers.kubernetes.deleter import (
+    DeleteHooks,
+    PendingDelete,
+    PodDeleter,
+    Unconfirmed,
+)
+from sandboxes.providers.kubernetes.manifest import build_pod_manifest
 from sandman_site.errors import (
     ProviderAmbiguous,
     ProviderConflict,
@@ -51,6 +59,10 @@ class CreateOutcome:
     version: str = ""  # the pod's resourceVersion in that answer
 
 
+def _meta(obj: client.V1Pod) -> client.V1ObjectMeta:
+    return obj.metadata or client.V1ObjectMeta()
+
+
 def _err(
     cls: type[ProviderError], message: str, extra: dict[str, Any], cause: BaseException
 ) -> ProviderError:
@@ -59,14 +71,37 @@ def _err(
     return error
 
 
-class CreateMixin:
-    """Creates of :class:`KubernetesProvider`."""
+class PodCreator:
+    """Creates pods: nonce, read-back after ambiguous answers, the 409 rules.
+
+    ``deleter`` owns whatever a create leaves to delete; ``note_stored(name, uid, at,
+    version)`` tells the readiness tracker a pod was stored; ``backend`` names the handles.
+    """
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        config: KubernetesConfig,
+        *,
+        backend: str,
+        calls: ApiCalls,
+        background: Background,
+        deleter: PodDeleter,
+        hooks: DeleteHooks,
+        ensure_started: Callable[[], object],
+        note_stored: Callable[[str, str, float, str], None],
+    ) -> None:
+        self._core, self._config, self._backend = core, config, backend
+        self._calls, self._background = calls, background
+        self._deleter, self._hooks = deleter, hooks
+        self._ensure_started = ensure_started
+        self._note_stored = note_stored
 
     async def create(self, spec: SandboxSpec) -> Handle:
         self._ensure_started()
-        manifest = build_pod_manifest(spec, self.config)
+        manifest = build_pod_manifest(spec, self._config)
         abandoned = threading.Event()
-        work = self._submit("create", spec.name, self._create_sync, manifest, spec, abandoned)
+        work = self._calls.submit("create", spec.name, self._create_sync, manifest, spec, abandoned)
         answer = asyncio.wrap_future(work)
         try:
             outcome = await asyncio.shield(answer)
@@ -74,7 +109,7 @@ class CreateMixin:
             if work.cancel():  # still queued: no request was ever sent
                 raise
             abandoned.set()  # if the thread has not sent it yet, it never will
-            cleanup = self._spawn(self._settle_abandoned(answer, spec))
+            cleanup = self._background.spawn(self._settle_abandoned(answer, spec))
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(cleanup)  # a second cancel leaves it to our task
             raise
@@ -82,18 +117,16 @@ class CreateMixin:
 
     def _finish(self, outcome: CreateOutcome) -> Handle:
         if outcome.pending is not None:
-            self._add_pending(outcome.pending)
+            self._deleter.add_pending(outcome.pending)
         if outcome.deleted is not None:
-            self._hook(self.on_deleted, *outcome.deleted)
+            self._hooks.deleted(*outcome.deleted)
         if outcome.error is not None:
             raise outcome.error
         if outcome.handle is None:
             raise ProviderError("create was not sent")
         if outcome.stored_at:
-            self._stored[outcome.handle.name] = (
-                outcome.handle.uid,
-                outcome.stored_at,
-                outcome.version,
+            self._note_stored(
+                outcome.handle.name, outcome.handle.uid, outcome.stored_at, outcome.version
             )
         return outcome.handle
 
@@ -106,9 +139,9 @@ class CreateMixin:
         except ProviderError as exc:
             log.info("abandoned create of %s settled without a pod to own: %s", spec.name, exc)
             return
-        self._add_pending(PendingDelete(handle.name, handle.uid, handle.nonce))
+        self._deleter.add_pending(PendingDelete(handle.name, handle.uid, handle.nonce))
         try:
-            await self.destroy(handle)
+            await self._deleter.destroy(handle)
         except ProviderError:
             log.warning("abandoned pod %s stays pending deletion", handle.name, exc_info=True)
 
@@ -117,10 +150,10 @@ class CreateMixin:
     ) -> CreateOutcome:
         if abandoned.is_set():
             return CreateOutcome()
-        extra = {"name": spec.name, "nonce": spec.nonce, "namespace": self.config.namespace}
+        extra = {"name": spec.name, "nonce": spec.nonce, "namespace": self._config.namespace}
         try:
-            pod = self.core.create_namespaced_pod(
-                self.config.namespace, manifest, _request_timeout=self.config.request_timeout_s
+            pod = self._core.create_namespaced_pod(
+                self._config.namespace, manifest, _request_timeout=self._config.request_timeout_s
             )
         except ApiException as exc:
             status = exc.status or 0
@@ -139,28 +172,31 @@ class CreateMixin:
             return self._reclaim_sync(spec, exc)
         except TRANSPORT_ERRORS as exc:
             return self._reclaim_sync(spec, exc)
+        meta = _meta(pod)
         return CreateOutcome(
-            handle=Handle(spec.name, spec.nonce, self.name, uid=pod.metadata.uid),
+            handle=Handle(spec.name, spec.nonce, self._backend, uid=meta.uid or ""),
             stored_at=time.monotonic(),
-            version=pod.metadata.resource_version or "",
+            version=meta.resource_version or "",
         )
 
     def _conflict_sync(self, spec: SandboxSpec, exc: ApiException) -> CreateOutcome:
         extra: dict[str, Any] = {"name": spec.name, "nonce": spec.nonce, "status": 409}
+        holder: client.V1ObjectMeta | None
         try:
-            holder = self.core.read_namespaced_pod(
-                spec.name, self.config.namespace, _request_timeout=self.config.request_timeout_s
+            holder = _meta(
+                self._core.read_namespaced_pod(
+                    spec.name,
+                    self._config.namespace,
+                    _request_timeout=self._config.request_timeout_s,
+                )
             )
         except (ApiException, *TRANSPORT_ERRORS):
             holder = None
-        if (
-            holder is not None
-            and (holder.metadata.annotations or {}).get(L.NONCE_ANNOTATION) == spec.nonce
-        ):
+        if holder is not None and (holder.annotations or {}).get(L.NONCE_ANNOTATION) == spec.nonce:
             return CreateOutcome(
-                handle=Handle(spec.name, spec.nonce, self.name, uid=holder.metadata.uid)
+                handle=Handle(spec.name, spec.nonce, self._backend, uid=holder.uid or "")
             )
-        extra["holder_uid"] = holder.metadata.uid if holder is not None else None
+        extra["holder_uid"] = holder.uid if holder is not None else None
         return CreateOutcome(
             error=_err(
                 ProviderConflict,
@@ -175,13 +211,18 @@ class CreateMixin:
         extra: dict[str, Any] = {
             "name": spec.name,
             "nonce": spec.nonce,
-            "namespace": self.config.namespace,
+            "namespace": self._config.namespace,
             "cause": describe(cause),
         }
         message = f"create of pod {spec.name} ended ambiguously ({describe(cause)})"
+        read_error: BaseException
         try:
-            pod = self.core.read_namespaced_pod(
-                spec.name, self.config.namespace, _request_timeout=self.config.request_timeout_s
+            pod = _meta(
+                self._core.read_namespaced_pod(
+                    spec.name,
+                    self._config.namespace,
+                    _request_timeout=self._config.request_timeout_s,
+                )
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -189,29 +230,41 @@ class CreateMixin:
                 return CreateOutcome(
                     error=_err(ProviderAmbiguous, message + "; not stored", extra, cause)
                 )
-            pod, read_error = None, exc
+            read_error = exc
         except TRANSPORT_ERRORS as exc:
-            pod, read_error = None, exc
-        if pod is None:  # cannot tell: own it by name and nonce until a read settles it
-            extra.update(
-                stored=None, reclaimed=False, pending_delete=True, read_error=describe(read_error)
-            )
-            pending = PendingDelete(spec.name, "", spec.nonce, last_error=describe(read_error))
-            return CreateOutcome(
-                error=_err(ProviderAmbiguous, message + "; read-back failed", extra, cause),
-                pending=pending,
-            )
-        if (pod.metadata.annotations or {}).get(L.NONCE_ANNOTATION) != spec.nonce:
-            extra.update(stored=False, reclaimed=False, held_by_other=pod.metadata.uid)
+            read_error = exc
+        else:
+            return self._reclaim_stored(spec, pod, message, extra, cause)
+        # Cannot tell: own it by name and nonce until a read settles it.
+        extra.update(
+            stored=None, reclaimed=False, pending_delete=True, read_error=describe(read_error)
+        )
+        pending = PendingDelete(spec.name, "", spec.nonce, last_error=describe(read_error))
+        return CreateOutcome(
+            error=_err(ProviderAmbiguous, message + "; read-back failed", extra, cause),
+            pending=pending,
+        )
+
+    def _reclaim_stored(
+        self,
+        spec: SandboxSpec,
+        pod: client.V1ObjectMeta,
+        message: str,
+        extra: dict[str, Any],
+        cause: BaseException,
+    ) -> CreateOutcome:
+        """The read-back found a pod by our name: delete it only if it carries our nonce."""
+        if (pod.annotations or {}).get(L.NONCE_ANNOTATION) != spec.nonce:
+            extra.update(stored=False, reclaimed=False, held_by_other=pod.uid)
             return CreateOutcome(
                 error=_err(
                     ProviderAmbiguous, message + "; the name is another workload's", extra, cause
                 )
             )
-        uid = pod.metadata.uid
+        uid = pod.uid or ""
         extra.update(stored=True, uid=uid)
         try:
-            self._delete_sync(spec.name, uid)
+            self._deleter.delete_sync(spec.name, uid)
         except Unconfirmed as exc:
             extra.update(reclaimed=False, pending_delete=True)
             pending = PendingDelete(spec.name, uid, spec.nonce, last_error=str(exc))

@@ -1,7 +1,4 @@
-"""Kubernetes backend, part 1: configuration, the pod manifest, the client builder.
-
-Everything here is pure except :func:`build_api_client` (which reads a kubeconfig or the
-in-cluster config into a ``Configuration`` of our own; the client is built, never global).
+"""Kubernetes backend: the pod manifest of one sandbox and the execd boot command (pure).
 
 Rules a reader must not break (ARCHITECTURE.md §3):
 * requests == limits; no service-account token; no service links; seccomp
@@ -11,60 +8,18 @@ Rules a reader must not break (ARCHITECTURE.md §3):
   so neither execd's environment nor its commands inherit it.
 * execd comes from the carrier (init container -> ``emptyDir`` mounted read-only) and is
   started with ``python3 -I -c <runpy launcher>``, leaving the task's ``PYTHONPATH`` alone.
-* urllib3 retries nothing (``retries = False``): a create is never blindly re-sent.
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client
-from kubernetes import config as kube_config
-from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import SandboxSpec
-
-SELECTOR = f"{L.MANAGED_BY}={L.VALUE_MANAGED_BY}"
-TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
-DEFAULT_CARRIER_IMAGE = "ghcr.io/sandman-rl/execd-carrier:0.1.0"
-
-
-@dataclass(frozen=True)
-class KubernetesConfig:
-    namespace: str = "sandman-sandboxes"
-    kubeconfig: str | None = None
-    context: str | None = None
-    in_cluster: bool | None = None  # None: in-cluster if available, else kubeconfig
-    execd_port: int = 8700
-    carrier_image: str = DEFAULT_CARRIER_IMAGE
-    carrier_path: str = "/opt/sandman"
-    token_dir: str = "/var/run/sandman"
-    workspace: str = "/workspace"
-    image_pull_policy: str = "IfNotPresent"
-    spread_max_skew: int = 2
-    topology_spread: bool = True  # False only to measure its effect (bench/k8s_burst.py)
-    drop_all_capabilities: bool = False  # ALL breaks images that chown or setuid as root
-    termination_grace_s: int = 5
-    max_workers: int = 16
-    request_timeout_s: float = 30.0
-    watch_timeout_s: int = 300
-    verify_health: bool = True
-    health_timeout_s: float = 2.0
-    destroy_attempts: int = 5
-    backoff_initial_s: float = 1.0
-    backoff_max_s: float = 30.0
-    retry_pending_in_background: bool = True
-
-
-def describe(exc: BaseException) -> str:
-    """A short text for an API or transport error (logs, ``extra``, pending entries)."""
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason or ''}".strip()
-    return f"{type(exc).__name__}: {exc}"
+from sandboxes.providers.kubernetes.config import KubernetesConfig
 
 
 # --- the pod manifest (pure) ---------------------------------------------------------------
@@ -221,30 +176,3 @@ def _spread(spec: SandboxSpec, config: KubernetesConfig) -> list[Any] | None:
             ),
         )
     ]
-
-
-def build_api_client(config: KubernetesConfig, *, host: str | None = None) -> client.ApiClient:
-    """A client built, not global: kubeconfig or in-cluster loaded INTO our Configuration."""
-    configuration = client.Configuration()
-    if host:
-        configuration.host = host
-    elif config.kubeconfig:
-        kube_config.load_kube_config(
-            config_file=config.kubeconfig,
-            context=config.context,
-            client_configuration=configuration,
-        )
-    else:
-        try:
-            if config.in_cluster is False:
-                raise kube_config.ConfigException("in-cluster config disabled")
-            kube_config.load_incluster_config(client_configuration=configuration)
-        except kube_config.ConfigException:
-            if config.in_cluster:
-                raise
-            kube_config.load_kube_config(context=config.context, client_configuration=configuration)
-    # One connection per worker thread plus the watch and a little slack.
-    configuration.connection_pool_maxsize = config.max_workers + 4
-    # Our own retry rules apply (a create is never blindly re-sent); urllib3 retries none.
-    configuration.retries = False
-    return client.ApiClient(configuration)

@@ -1,57 +1,109 @@
-"""Kubernetes backend, part 5: readiness from the informer's cache, execd health.
+"""Kubernetes backend: the readiness tracker -- the informer's cache, waiters, ``wait_ready``.
 
 Rules a reader must not break:
 * ``wait_ready`` never polls the API: a waiter is resolved by the informer's callbacks
-  (which run on the provider's loop) -- Ready, failed, replaced by another uid, or
-  deleted. A pod deleted before the informer ever listed it fails at once too: a list
-  newer than our create that lacks the pod proves it gone (``_missed``).
+  (:meth:`ReadinessTracker.on_sync` / :meth:`~ReadinessTracker.on_event`, which run on the
+  provider's loop) -- Ready, failed, replaced by another uid, or deleted. A pod deleted
+  before the informer ever listed it fails at once too: a list newer than our create that
+  lacks the pod proves it gone (``_missed``, fed by :meth:`~ReadinessTracker.note_stored`).
 * The readiness budget is measured with the provider's injected ``sleep`` (tests use a
   fake clock), the execd health probe after Ready with the loop's own time.
-* ``work_item_hook(op, name)``, when set, is also called (in a thread) before every execd
-  health probe with ``op == "health"``, so a test gate can hold the probe itself.
+* Every method runs on the provider's loop: the cache and the waiters have no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
-
 from sandboxes.providers.base import Handle, ReadyInfo
-from sandboxes.providers.k8s_informer import (
+from sandboxes.providers.kubernetes.config import KubernetesConfig
+from sandboxes.providers.kubernetes.informer import (
     Pod,
-    _meta,
-    _status,
     pod_failure,
     pod_is_ready,
+    pod_meta,
+    pod_status,
     ready_info,
 )
 from sandman_site.errors import SandboxNotReady
 
 T = TypeVar("T")
 
+# Recently deleted uids kept so a wait that starts after the DELETED event fails at once.
+_DELETED_KEPT = 10_000
+
 
 @dataclass
 class Waiter:
     name: str
     uid: str
-    future: asyncio.Future[dict[str, Any]] = field(repr=False)
+    future: asyncio.Future[Pod] = field(repr=False)
 
 
-class ReadinessMixin:
-    """Informer callbacks, ``wait_ready`` and ``health`` of :class:`KubernetesProvider`."""
+class ReadinessTracker:
+    """Readiness of Sandman's pods from the informer's events; ``wait_ready`` on top.
+
+    ``ensure_started()`` starts the informer on first use (and raises once closed);
+    ``health(name, address, token)`` is one execd health check.
+    """
+
+    def __init__(
+        self,
+        config: KubernetesConfig,
+        *,
+        ensure_started: Callable[[], asyncio.AbstractEventLoop],
+        health: Callable[[str, str, str], Awaitable[bool]],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self._config = config
+        self._ensure_started = ensure_started
+        self._health = health
+        self._sleep = sleep
+        self._cache: dict[str, Pod] = {}
+        # Recently deleted uids: a wait_ready that starts after the DELETED event still fails
+        # at once instead of waiting out its budget. Bounded, oldest first out.
+        self._deleted: OrderedDict[str, None] = OrderedDict()
+        # Creates this provider saw stored (name -> uid, when, version) and the last list
+        # (when it started, its version): together they tell "deleted before we ever saw it".
+        self._stored: dict[str, tuple[str, float, str]] = {}
+        self._listed: tuple[float, str] | None = None
+        self._waiters: dict[str, list[Waiter]] = {}
+
+    # --- what the creator and the deleter tell us -------------------------------------------
+    def note_stored(self, name: str, uid: str, stored_at: float, version: str) -> None:
+        """The API confirmed ``name`` stored as ``uid`` at ``stored_at`` (time.monotonic())
+        with ``version`` (its resourceVersion in that answer)."""
+        self._stored[name] = (uid, stored_at, version)
+
+    def forget_stored(self, name: str, uid: str) -> None:
+        """``name`` (as ``uid``, or whatever uid when we never learned one) is gone."""
+        if name in self._stored and self._stored[name][0] in ("", uid):
+            del self._stored[name]
 
     # --- informer callbacks (loop thread) ---------------------------------------------------
-    def _on_sync(self, pods: list[Pod], started: float, version: str) -> None:
+    def on_sync(self, pods: list[Pod], started: float, version: str) -> None:
         self._listed = (started, version)
-        fresh = {_meta(p)["name"]: p for p in pods}
+        fresh = {pod_meta(p)["name"]: p for p in pods}
         for name in set(self._cache) - set(fresh):
-            self._gone(name, _meta(self._cache[name]).get("uid", ""))
+            self._gone(name, pod_meta(self._cache[name]).get("uid", ""))
         self._cache = fresh
         for name in set(fresh) | set(self._waiters):
             self._evaluate(name)
+
+    def on_event(self, kind: str, pod: Pod) -> None:
+        name, uid = pod_meta(pod).get("name", ""), pod_meta(pod).get("uid", "")
+        if kind == "DELETED":
+            cached = self._cache.get(name)
+            if cached is not None and pod_meta(cached).get("uid") == uid:
+                del self._cache[name]
+            self._gone(name, uid)
+            return
+        self._cache[name] = pod
+        self._evaluate(name)
 
     def _missed(self, name: str, uid: str) -> bool:
         """True if ``name`` (stored by us as ``uid``) must have been in the last list.
@@ -71,22 +123,10 @@ class ReadinessMixin:
         except ValueError:  # versions are opaque on some servers: no conclusion
             return False
 
-    def _on_event(self, kind: str, pod: Pod) -> None:
-        name, uid = _meta(pod).get("name", ""), _meta(pod).get("uid", "")
-        if kind == "DELETED":
-            cached = self._cache.get(name)
-            if cached is not None and _meta(cached).get("uid") == uid:
-                del self._cache[name]
-            self._gone(name, uid)
-            return
-        self._cache[name] = pod
-        self._evaluate(name)
-
     def _gone(self, name: str, uid: str) -> None:
         self._deleted[uid] = None
-        if name in self._stored and self._stored[name][0] in ("", uid):
-            del self._stored[name]
-        while len(self._deleted) > 10_000:
+        self.forget_stored(name, uid)
+        while len(self._deleted) > _DELETED_KEPT:
             self._deleted.popitem(last=False)
         for waiter in self._waiters.get(name, []):
             if not waiter.future.done() and waiter.uid in ("", uid):
@@ -113,8 +153,8 @@ class ReadinessMixin:
         for waiter in self._waiters.get(name, []):
             if waiter.future.done():
                 continue
-            uid = _meta(pod).get("uid", "")
-            extra = {"name": name, "uid": uid, "phase": _status(pod).get("phase")}
+            uid = pod_meta(pod).get("uid", "")
+            extra = {"name": name, "uid": uid, "phase": pod_status(pod).get("phase")}
             failure = pod_failure(pod)
             if waiter.uid and uid != waiter.uid:
                 waiter.future.set_exception(
@@ -131,7 +171,7 @@ class ReadinessMixin:
             elif pod_is_ready(pod):
                 waiter.future.set_result(pod)
 
-    # --- readiness, health, listing ----------------------------------------------------------
+    # --- readiness ---------------------------------------------------------------------------
     async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
         loop = self._ensure_started()
         deadline = loop.time() + budget_s
@@ -142,7 +182,7 @@ class ReadinessMixin:
             pod = await self._within(waiter.future, budget_s)
         except TimeoutError as exc:
             cached = self._cache.get(handle.name)
-            phase = _status(cached).get("phase") if cached is not None else None
+            phase = pod_status(cached).get("phase") if cached is not None else None
             raise SandboxNotReady(
                 f"pod {handle.name} not Ready within {budget_s:g}s",
                 {"name": handle.name, "uid": handle.uid, "phase": phase, "reason": "budget"},
@@ -153,8 +193,8 @@ class ReadinessMixin:
                 waiters.remove(waiter)
             if not waiters:
                 self._waiters.pop(handle.name, None)
-        info = ready_info(pod, self.config)
-        while self.config.verify_health and not await self.health(handle, info.address, ""):
+        info = ready_info(pod, self._config)
+        while self._config.verify_health and not await self._health(handle.name, info.address, ""):
             if loop.time() >= deadline:
                 raise SandboxNotReady(
                     f"execd of pod {handle.name} did not answer at {info.address}",
@@ -173,9 +213,10 @@ class ReadinessMixin:
         injected ``sleep``; like ``asyncio.wait_for`` (which it is, with the real sleep)."""
         if self._sleep is asyncio.sleep:
             return await asyncio.wait_for(future, budget_s)
-        timer = asyncio.ensure_future(self._sleep(budget_s))
+        timer: asyncio.Future[None] = asyncio.ensure_future(self._sleep(budget_s))
+        racers: set[asyncio.Future[Any]] = {future, timer}
         try:
-            await asyncio.wait({future, timer}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -186,20 +227,11 @@ class ReadinessMixin:
         future.cancel()
         raise TimeoutError
 
-    async def health(self, handle: Handle, address: str, token: str) -> bool:
-        hook = self.work_item_hook
-        if hook is not None:  # a test gate may hold the probe here, before it is sent
-            await asyncio.to_thread(hook, "health", handle.name)
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.config.health_timeout_s)
-            )
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        try:
-            async with self._http.get(f"http://{address}/health", headers=headers) as resp:
-                if resp.status != 200:
-                    return False
-                body = await resp.json(content_type=None)
-                return bool(body.get("ok", True)) if isinstance(body, dict) else True
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-            return False
+    def close(self) -> None:
+        """The provider closed: every waiter still waiting fails now."""
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.future.done():
+                    waiter.future.set_exception(
+                        SandboxNotReady("the provider closed", {"name": waiter.name})
+                    )

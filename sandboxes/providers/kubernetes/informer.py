@@ -1,4 +1,4 @@
-"""Kubernetes backend, part 2: readiness facts from raw pod JSON and the pod informer.
+"""Kubernetes backend: readiness facts from raw pod JSON and the pod informer.
 
 Readiness comes from ONE list+watch of Sandman's pods in the namespace (an informer-style
 cache), never from one poll loop per pod. :class:`PodInformer` lists, then watches from the
@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
 from sandboxes.providers.base import ReadyInfo
-from sandboxes.providers.k8s_manifest import (
+from sandboxes.providers.kubernetes.config import (
     SELECTOR,
     TRANSPORT_ERRORS,
     KubernetesConfig,
@@ -51,32 +51,32 @@ def _parse_time(text: str | None) -> dt.datetime | None:
         return None
 
 
-def _meta(pod: Pod) -> dict[str, Any]:
+def pod_meta(pod: Pod) -> dict[str, Any]:
     return pod.get("metadata") or {}
 
 
-def _status(pod: Pod) -> dict[str, Any]:
+def pod_status(pod: Pod) -> dict[str, Any]:
     return pod.get("status") or {}
 
 
 def _condition_time(pod: Pod, ctype: str) -> dt.datetime | None:
-    for cond in _status(pod).get("conditions") or []:
+    for cond in pod_status(pod).get("conditions") or []:
         if cond.get("type") == ctype and cond.get("status") == "True":
             return _parse_time(cond.get("lastTransitionTime"))
     return None
 
 
 def pod_is_ready(pod: Pod) -> bool:
-    return bool(_status(pod).get("podIP")) and _condition_time(pod, "Ready") is not None
+    return bool(pod_status(pod).get("podIP")) and _condition_time(pod, "Ready") is not None
 
 
 def pod_failure(pod: Pod) -> str | None:
     """Why this pod can never become Ready, or None."""
-    if _meta(pod).get("deletionTimestamp"):
+    if pod_meta(pod).get("deletionTimestamp"):
         return "terminating"
-    phase = _status(pod).get("phase")
+    phase = pod_status(pod).get("phase")
     if phase in ("Failed", "Succeeded"):
-        message = (_status(pod).get("message") or "").strip()
+        message = (pod_status(pod).get("message") or "").strip()
         return f"phase {phase}: {message}" if message else f"phase {phase}"
     return None
 
@@ -91,7 +91,7 @@ def _guards(pod: Pod) -> dict[str, object]:
         "capabilities_dropped": list((sc.get("capabilities") or {}).get("drop") or []),
         "no_privilege_escalation": sc.get("allowPrivilegeEscalation") is False,
         "service_account_token": bool(spec.get("automountServiceAccountToken")),
-        "egress": (_meta(pod).get("labels") or {}).get(L.EGRESS, ""),
+        "egress": (pod_meta(pod).get("labels") or {}).get(L.EGRESS, ""),
     }
 
 
@@ -101,16 +101,16 @@ def ready_info(pod: Pod, config: KubernetesConfig) -> ReadyInfo:
     The stand-in's ``standin.sandman.dev/*`` stamps are used when present; a real cluster
     gives the conditions (whole seconds) and the container's start time instead.
     """
-    ann = _meta(pod).get("annotations") or {}
-    ip = _status(pod).get("podIP") or ""
+    ann = pod_meta(pod).get("annotations") or {}
+    ip = pod_status(pod).get("podIP") or ""
     port = int(ann.get(L.EXECD_PORT_ANNOTATION) or config.execd_port)
     started = None
-    for cs in _status(pod).get("containerStatuses") or []:
+    for cs in pod_status(pod).get("containerStatuses") or []:
         if cs.get("name") == "sandbox":
             started = _parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
     candidates = {
         "api_created": _parse_time(ann.get(L.STANDIN_CREATED_AT))
-        or _parse_time(_meta(pod).get("creationTimestamp")),
+        or _parse_time(pod_meta(pod).get("creationTimestamp")),
         "scheduled": _parse_time(ann.get(L.STANDIN_SCHEDULED_AT))
         or _condition_time(pod, "PodScheduled"),
         "address_assigned": _parse_time(ann.get(L.STANDIN_ADDRESS_ASSIGNED_AT)),
@@ -234,7 +234,8 @@ class PodInformer:
         """One watch stream from ``version``; returns the last version seen."""
         cfg = self._config
         self.watches += 1
-        resp = self._core.list_namespaced_pod(
+        # With _preload_content=False the answer is urllib3's response, not a V1PodList.
+        resp: Any = self._core.list_namespaced_pod(
             cfg.namespace,
             label_selector=SELECTOR,
             resource_version=version,
@@ -254,7 +255,7 @@ class PodInformer:
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
-                version = _meta(obj).get("resourceVersion") or version
+                version = pod_meta(obj).get("resourceVersion") or version
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._post(self._on_event, kind, obj)
                 if self._stop.is_set():

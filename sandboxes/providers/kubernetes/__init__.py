@@ -1,0 +1,54 @@
+"""The ``kubernetes`` backend: one pod per sandbox, readiness from ONE list+watch.
+
+``KubernetesProvider`` implements ``sandboxes.providers.base.Provider``; it is a facade
+over collaborators that each receive what they use. Module map: ``config`` (settings,
+the API client builder), ``manifest`` (the pod), ``calls`` (the executor of client calls,
+background tasks), ``informer`` (the one list+watch and pod facts from raw JSON),
+``readiness`` (the tracker behind ``wait_ready``), ``creator`` (create and its ambiguous
+outcomes), ``deleter`` (deletes and the pending set), ``anchors`` (owners and per-job
+anchors), ``listing`` (``list_owned``), ``health`` (execd's health: the one execd call),
+``provider`` (the facade).
+
+Rule a reader must not break: nothing above ``providers/`` imports a module of this
+package other than this one; the names below are its public surface.
+"""
+
+from __future__ import annotations
+
+from sandboxes.providers.kubernetes.config import (
+    DEFAULT_CARRIER_IMAGE,
+    SELECTOR,
+    KubernetesConfig,
+    build_api_client,
+)
+from sandboxes.providers.kubernetes.deleter import PendingDelete
+from sandboxes.providers.kubernetes.informer import (
+    PodInformer,
+    pod_failure,
+    pod_is_ready,
+    ready_info,
+)
+from sandboxes.providers.kubernetes.manifest import (
+    boot_command,
+    build_pod_manifest,
+    execd_launcher,
+    pod_labels,
+)
+from sandboxes.providers.kubernetes.provider import KubernetesProvider
+
+__all__ = [
+    "DEFAULT_CARRIER_IMAGE",
+    "SELECTOR",
+    "KubernetesConfig",
+    "KubernetesProvider",
+    "PendingDelete",
+    "PodInformer",
+    "boot_command",
+    "build_api_client",
+    "build_pod_manifest",
+    "execd_launcher",
+    "pod_failure",
+    "pod_is_ready",
+    "pod_labels",
+    "ready_info",
+]

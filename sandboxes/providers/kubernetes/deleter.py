@@ -1,0 +1,240 @@
+"""Kubernetes backend: the pod deleter, its pending set and the owner's delete hooks.
+
+Rules a reader must not break (paper §4.4, Appendix F, Table 2 row 3):
+* ``destroy`` is idempotent: 404 -- or 409 on the UID precondition (the name now holds
+  another object) -- means gone. A delete that fails, loses its answer or is cancelled
+  enters the pending set (``on_pending``), is retried with backoff 1 s -> 30 s and leaves
+  the set only when confirmed (``on_deleted``).
+* A pending entry known only by name is read back first and deleted only if it carries
+  its nonce (or, without a nonce, Sandman's managed-by label): never another tenant's pod.
+* Once the provider closes, the retrier stops and nothing starts it again; entries stay
+  pending (the owner's table has them through ``on_pending``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sandboxes import labels as L
+from sandboxes.providers.base import Handle
+from sandboxes.providers.kubernetes.calls import ApiCalls, Background
+from sandboxes.providers.kubernetes.config import TRANSPORT_ERRORS, KubernetesConfig, describe
+from sandman_site.errors import ProviderError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PendingDelete:
+    """A pod Sandman owns and must delete; ``uid`` is empty when only the name is known."""
+
+    name: str
+    uid: str
+    nonce: str
+    attempts: int = 0
+    last_error: str = ""
+
+
+class Unconfirmed(Exception):
+    """A delete whose outcome is unknown or failed: keep the pod pending."""
+
+
+class DeleteHooks:
+    """The owner's callbacks: a delete became pending, a delete was confirmed.
+
+    A broken callback is logged, never raised: the pod stays in the pending set whatever
+    the owner's callback does.
+    """
+
+    def __init__(
+        self,
+        on_pending: Callable[[PendingDelete], None] | None = None,
+        on_deleted: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self._on_pending, self._on_deleted = on_pending, on_deleted
+
+    def pending(self, entry: PendingDelete) -> None:
+        if self._on_pending is not None:
+            self._call(self._on_pending, entry)
+
+    def deleted(self, name: str, uid: str) -> None:
+        if self._on_deleted is not None:
+            self._call(self._on_deleted, name, uid)
+
+    @staticmethod
+    def _call(fn: Callable[..., None], *args: object) -> None:
+        try:
+            fn(*args)
+        except Exception:  # a broken hook must not lose the pod: it stays in our set
+            log.exception("kubernetes provider hook %s failed", fn)
+
+
+def delete_object(
+    core: client.CoreV1Api,
+    config: KubernetesConfig,
+    name: str,
+    uid: str,
+    resource: str = "pods",
+) -> str:
+    """One delete (worker thread) with a UID precondition when ``uid`` is known.
+
+    Returns how it was confirmed (``deleted``, ``gone``, ``replaced``); raises
+    :class:`Unconfirmed` otherwise. ``resource`` is ``pods`` or ``configmaps``.
+    """
+    body = client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        propagation_policy="Background",
+    )
+    call = core.delete_namespaced_pod if resource == "pods" else core.delete_namespaced_config_map
+    try:
+        call(name, config.namespace, body=body, _request_timeout=config.request_timeout_s)
+    except ApiException as exc:
+        if exc.status == 404:
+            return "gone"
+        if exc.status == 409 and uid:
+            return "replaced"  # the name now holds someone else's object: ours is gone
+        raise Unconfirmed(describe(exc)) from exc
+    except TRANSPORT_ERRORS as exc:
+        raise Unconfirmed(describe(exc)) from exc
+    return "deleted"
+
+
+class PodDeleter:
+    """Deletes pods until confirmed and keeps the ones not yet confirmed pending.
+
+    ``forget_stored(name, uid)`` tells the readiness tracker a pod it saw stored is gone.
+    """
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        config: KubernetesConfig,
+        *,
+        calls: ApiCalls,
+        background: Background,
+        hooks: DeleteHooks,
+        ensure_started: Callable[[], object],
+        forget_stored: Callable[[str, str], None],
+        sleep: Callable[[float], Awaitable[None]],
+        backoff: Callable[[int], float],
+    ) -> None:
+        self._core, self._config = core, config
+        self._calls, self._background, self._hooks = calls, background, hooks
+        self._ensure_started = ensure_started
+        self._forget_stored = forget_stored
+        self._sleep, self._backoff = sleep, backoff
+        self._pending: dict[str, PendingDelete] = {}
+        self._retrier: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # --- one delete (worker thread) --------------------------------------------------------
+    def delete_sync(self, name: str, uid: str) -> str:
+        """One pod delete with a UID precondition; how it was confirmed, or Unconfirmed."""
+        return delete_object(self._core, self._config, name, uid)
+
+    def _delete_pending_sync(self, entry: PendingDelete) -> str:
+        uid = entry.uid
+        if not uid:  # only the name is known: read it back and check the nonce first
+            try:
+                pod = self._core.read_namespaced_pod(
+                    entry.name,
+                    self._config.namespace,
+                    _request_timeout=self._config.request_timeout_s,
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return "gone"
+                raise Unconfirmed(describe(exc)) from exc
+            except TRANSPORT_ERRORS as exc:
+                raise Unconfirmed(describe(exc)) from exc
+            meta = pod.metadata or client.V1ObjectMeta()
+            nonce = (meta.annotations or {}).get(L.NONCE_ANNOTATION)
+            managed = (meta.labels or {}).get(L.MANAGED_BY) == L.VALUE_MANAGED_BY
+            # Without a nonce (a handle rebuilt from a listing) our label must be there.
+            if (nonce != entry.nonce) if entry.nonce else not managed:
+                return "not_ours"
+            uid = meta.uid or ""
+        return self.delete_sync(entry.name, uid)
+
+    # --- the pending set (loop thread) -----------------------------------------------------
+    def add_pending(self, entry: PendingDelete) -> None:
+        """Own ``entry`` until a delete is confirmed; starts the retrier if it is idle."""
+        if entry.name not in self._pending:
+            self._pending[entry.name] = entry
+            self._hooks.pending(entry)
+        if self._config.retry_pending_in_background and not self._stopped:
+            if self._retrier is None or self._retrier.done():
+                self._retrier = self._background.spawn(self._retry_pending())
+
+    def _confirm(self, name: str, uid: str) -> None:
+        self._pending.pop(name, None)
+        self._forget_stored(name, uid)
+        self._hooks.deleted(name, uid)
+
+    def pending_deletes(self) -> list[PendingDelete]:
+        return list(self._pending.values())
+
+    def adopt(self, name: str, uid: str, nonce: str) -> None:
+        """Adopt a pending delete recorded elsewhere (the pool's table after a restart)."""
+        self._ensure_started()
+        self.add_pending(PendingDelete(name, uid, nonce))
+
+    async def destroy(self, handle: Handle) -> None:
+        self._ensure_started()
+        entry = PendingDelete(handle.name, handle.uid, handle.nonce)
+        last = ""
+        try:
+            for attempt in range(max(1, self._config.destroy_attempts)):
+                if attempt:
+                    await self._sleep(self._backoff(attempt - 1))
+                try:
+                    await self._calls.run("delete", handle.name, self._delete_pending_sync, entry)
+                except Unconfirmed as exc:
+                    last = str(exc)
+                    self.add_pending(replace(entry, attempts=attempt + 1, last_error=last))
+                    continue
+                self._confirm(handle.name, handle.uid)
+                return
+        except asyncio.CancelledError:
+            self.add_pending(entry)  # the delete may be in flight: keep owning the pod
+            raise
+        raise ProviderError(
+            f"delete of pod {handle.name} not confirmed ({last}); kept pending",
+            {"name": handle.name, "uid": handle.uid, "pending": True, "last_error": last},
+        )
+
+    async def flush_pending(self) -> int:
+        """Try every pending delete once; returns how many were confirmed."""
+        self._ensure_started()
+        confirmed = 0
+        for entry in list(self._pending.values()):
+            try:
+                await self._calls.run("delete", entry.name, self._delete_pending_sync, entry)
+            except Unconfirmed as exc:
+                if entry.name in self._pending:
+                    self._pending[entry.name] = replace(
+                        entry, attempts=entry.attempts + 1, last_error=str(exc)
+                    )
+                continue
+            self._confirm(entry.name, entry.uid)
+            confirmed += 1
+        return confirmed
+
+    async def _retry_pending(self) -> None:
+        attempt = 0
+        while self._pending and not self._stopped:
+            await self._sleep(self._backoff(attempt))
+            attempt = 0 if await self.flush_pending() else attempt + 1
+
+    def stop(self) -> asyncio.Task[None] | None:
+        """The provider closes: cancel the retrier (returned) and never start it again."""
+        self._stopped = True
+        if self._retrier is not None:
+            self._retrier.cancel()
+        return self._retrier

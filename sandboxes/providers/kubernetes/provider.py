@@ -1,0 +1,197 @@
+"""``KubernetesProvider``: a thin facade over the collaborators of the Kubernetes backend.
+
+The facade builds each collaborator once, handing it in its constructor only what it
+uses, and forwards the ``Provider`` calls to them:
+
+* ``calls.ApiCalls`` -- the executor every blocking client call runs on;
+* ``readiness.ReadinessTracker`` -- the informer's cache, waiters, ``wait_ready``;
+* ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
+* ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
+* ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
+* ``listing.PodLister`` -- ``list_owned``;
+* ``health.ExecdHealth`` -- the one place this backend calls execd.
+
+Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
+
+* A create runs to settlement even if the awaiting task is cancelled; whatever it stored
+  is handed back, or deleted, or held in the pending set until a delete is confirmed.
+* After a 5xx or a transport error the pod is read back by name and deleted (UID
+  precondition) only if it carries this create's nonce. A 4xx sends no read and no
+  delete; a 409 for a pod without our nonce is ``ProviderConflict`` and it is left alone.
+* ``destroy`` is idempotent; an unconfirmed delete stays pending until confirmed.
+* The informer starts on the first call that needs the cluster and serves only the event
+  loop of that call; once closed, every such call raises ``ProviderError``. ``sleep`` is
+  the only clock of backoffs and readiness budgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes import client
+
+from sandboxes.providers.base import Handle, OwnedSandbox, OwnerRef, ReadyInfo, SandboxSpec
+from sandboxes.providers.kubernetes.anchors import Anchors, anchor_name
+from sandboxes.providers.kubernetes.calls import ApiCalls, Background, WorkItemHook
+from sandboxes.providers.kubernetes.config import (
+    KubernetesConfig,
+    build_api_client,
+    config_from_settings,
+)
+from sandboxes.providers.kubernetes.creator import PodCreator
+from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, PodDeleter
+from sandboxes.providers.kubernetes.health import ExecdHealth
+from sandboxes.providers.kubernetes.informer import PodInformer
+from sandboxes.providers.kubernetes.listing import PodLister
+from sandboxes.providers.kubernetes.readiness import ReadinessTracker
+from sandman_site.errors import ProviderError
+
+
+class KubernetesProvider:
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        config: KubernetesConfig | None = None,
+        *,
+        api_client: client.ApiClient | None = None,
+        backoff: Callable[[int], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_pending: Callable[[PendingDelete], None] | None = None,
+        on_deleted: Callable[[str, str], None] | None = None,
+        work_item_hook: WorkItemHook | None = None,
+    ) -> None:
+        self.config = cfg = config or KubernetesConfig()
+        self._owns_client = api_client is None
+        self.api_client = api_client or build_api_client(cfg)
+        self.core = core = client.CoreV1Api(self.api_client)
+        backoff = backoff or (lambda n: min(cfg.backoff_max_s, cfg.backoff_initial_s * 2**n))
+        self.informer: PodInformer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        start = self._ensure_started
+
+        self._calls = calls = ApiCalls(cfg.max_workers, work_item_hook)
+        self._background = background = Background()
+        self._health = ExecdHealth(cfg.health_timeout_s, work_item_hook)
+        self._readiness = ReadinessTracker(
+            cfg, ensure_started=start, health=self._health.check, sleep=sleep
+        )
+        hooks = DeleteHooks(on_pending, on_deleted)
+        self._deleter = PodDeleter(
+            core,
+            cfg,
+            calls=calls,
+            background=background,
+            hooks=hooks,
+            ensure_started=start,
+            forget_stored=self._readiness.forget_stored,
+            sleep=sleep,
+            backoff=backoff,
+        )
+        self._creator = PodCreator(
+            core,
+            cfg,
+            backend=self.name,
+            calls=calls,
+            background=background,
+            deleter=self._deleter,
+            hooks=hooks,
+            ensure_started=start,
+            note_stored=self._readiness.note_stored,
+        )
+        self._anchors = Anchors(
+            core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
+        )
+        self._lister = PodLister(core, cfg, calls=calls, ensure_started=start)
+
+    @classmethod
+    def from_settings(cls, settings: Any = None, **kwargs: Any) -> KubernetesProvider:
+        """Build from Django settings (``SANDMAN_NAMESPACE``, ``SANDMAN_KUBECONFIG``, and the
+        optional ``SANDMAN_EXECD_*`` / ``SANDMAN_K8S_*`` values, defaults if unset)."""
+        if settings is None:
+            from django.conf import settings  # Django only when asked to read its settings
+        return cls(config_from_settings(settings), **kwargs)
+
+    def _ensure_started(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            raise ProviderError("the kubernetes provider is closed")
+        if self._loop is None:
+            self._loop = loop
+            self.informer = PodInformer(
+                self.core, self.config, loop, self._readiness.on_sync, self._readiness.on_event
+            )
+            self.informer.start()
+        return loop
+
+    # --- the Provider protocol ----------------------------------------------------------------
+    async def create(self, spec: SandboxSpec) -> Handle:
+        return await self._creator.create(spec)
+
+    async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
+        return await self._readiness.wait_ready(handle, budget_s)
+
+    async def health(self, handle: Handle, address: str, token: str) -> bool:
+        return await self._health.check(handle.name, address, token)
+
+    async def destroy(self, handle: Handle) -> None:
+        await self._deleter.destroy(handle)
+
+    async def list_owned(self) -> list[OwnedSandbox]:
+        return await self._lister.list_owned()
+
+    def check_image(self, image: str, base_commit: str | None) -> bool | None:
+        """No answer before a create: a cluster learns of a bad image at pull time."""
+        return None
+
+    # --- owners and anchors -----------------------------------------------------------------
+    async def owner_for(self, job_id: int, trainer: OwnerRef | None) -> OwnerRef | None:
+        """The owner the job's pods name: ``trainer`` if that pod lives in the sandbox
+        namespace with that uid, else the job's anchor (created now if needed)."""
+        return await self._anchors.owner_for(job_id, trainer)
+
+    async def ensure_anchor(self, job_id: int) -> OwnerRef:
+        return await self._anchors.ensure_anchor(job_id)
+
+    async def list_anchors(self) -> list[int]:
+        return await self._anchors.list_anchors()
+
+    async def delete_anchor(self, job_id: int) -> None:
+        await self._anchors.delete_anchor(job_id)
+
+    @staticmethod
+    def anchor_name(job_id: int) -> str:
+        return anchor_name(job_id)
+
+    # --- pending deletes ----------------------------------------------------------------------
+    def pending_deletes(self) -> list[PendingDelete]:
+        return self._deleter.pending_deletes()
+
+    def add_pending(self, name: str, uid: str, nonce: str) -> None:
+        """Adopt a pending delete recorded elsewhere (the pool's table after a restart)."""
+        self._deleter.adopt(name, uid, nonce)
+
+    async def flush_pending(self) -> int:
+        """Try every pending delete once; returns how many were confirmed."""
+        return await self._deleter.flush_pending()
+
+    # --- shutdown -----------------------------------------------------------------------------
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        retrier = self._deleter.stop()
+        settling = [t for t in self._background.running() if t is not retrier]
+        if settling:  # abandoned creates still own pods: let them finish their delete
+            await asyncio.wait(settling, timeout=self.config.request_timeout_s * 2)
+        loop = asyncio.get_running_loop()
+        if self.informer is not None:
+            await loop.run_in_executor(None, self.informer.stop)
+        self._readiness.close()
+        await loop.run_in_executor(None, self._calls.shutdown)
+        await self._health.close()
+        if self._owns_client:
+            self.api_client.close()
