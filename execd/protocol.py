@@ -264,6 +264,16 @@ class ReadBytesAnswer(NamedTuple):
     size: int
     sha256: str
 
+    def data(self) -> bytes:
+        """The file's exact bytes."""
+        import base64  # here: the daemon only ever encodes
+
+        try:
+            return base64.b64decode(self.content_b64, validate=True)
+        except ValueError:  # binascii.Error
+            route = "POST /files/read_bytes"
+            raise ProtocolError(route, "content_b64", "content_b64 is not base64") from None
+
     def to_json(self) -> Json:
         return _json(self)
 
