@@ -50,7 +50,7 @@ def check(name: str, value: Any, kind: Any) -> Any:
     Raises ``FieldError``; a bool is never a number, an int is accepted as a float.
     """
     origin = getattr(kind, "__origin__", None)
-    args = getattr(kind, "__args__", ())
+    args = getattr(kind, "__args__", ())  # type: Tuple[Any, ...]
     if origin is Union:
         if value is None and type(None) in args:
             return None
@@ -395,7 +395,7 @@ class ProbeAnswer(NamedTuple):
 
 class Route(NamedTuple):
     request: Optional[type]  # None: the route takes no body (an empty body or {} is accepted)
-    answer: type
+    answer: Any  # the answer shape (a class with ``from_json``)
     auth: bool = True  # Authorization: Bearer <token> required, else 401
 
 

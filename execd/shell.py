@@ -19,12 +19,16 @@ import select
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .bashproc import BashProcess
 from .frames import FrameError, FrameParser, OutputCapture
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
+
+if TYPE_CHECKING:  # names used in annotations only
+    from .frames import Frame
+    from .procs import Reaper
 
 log = logging.getLogger("execd.shell")
 
@@ -35,7 +39,7 @@ class Busy(Exception):
 
 class _Outcome(object):
     def __init__(self) -> None:
-        self.frame = None  # type: Optional[Frame]
+        self.frame: Optional["Frame"] = None
         self.frame_error = None  # type: Optional[str]
         self.died = False
         self.timed_out = False
@@ -68,7 +72,7 @@ class Shell:
             test_hooks,
         )
         self.tracker = tracker
-        self.reaper = tracker.reaper  # type: Reaper
+        self.reaper: "Reaper" = tracker.reaper
         self.cgroup = cgroup
         self.kill_grace = kill_grace
         self.output_cap = output_cap

@@ -44,9 +44,9 @@ def parse(cls: Type[T], body: Any) -> T:
     if not isinstance(body, dict):
         raise ApiError(400, "bad_request", "the request body must be a JSON object")
     kinds = cls.__annotations__
-    defaults = cls._field_defaults
+    defaults = cls._field_defaults  # type: ignore[attr-defined]
     values = {}
-    for name in cls._fields:
+    for name in cls._fields:  # type: ignore[attr-defined]
         if name in body:
             try:
                 values[name] = check(name, body[name], kinds[name])

@@ -1,7 +1,7 @@
 """execd.protocol: the daemon answers every route in its declared shape, and ``from_json``
 refuses an answer of any other shape (naming the route and the field) instead of guessing."""
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
@@ -97,7 +97,8 @@ def test_an_answer_of_another_shape_raises_naming_the_route_and_field(
 
 
 def test_an_answer_that_is_not_an_object_raises() -> None:
-    for body in (None, [], "ok", 1):
+    bodies: List[Any] = [None, [], "ok", 1]
+    for body in bodies:
         with pytest.raises(ProtocolError, match="not a JSON object") as raised:
             HealthAnswer.from_json(body)
         assert raised.value.route == "GET /health" and raised.value.field == ""
