@@ -231,13 +231,13 @@ class ExecdClient:
         for attempt in (1, 2):
             try:
                 status, data = await self._exchange(method, path, body, wait)
-            except aiohttp.ServerDisconnectedError as exc:
-                if method == "GET" and attempt == 1:
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                on_open_connection = not isinstance(exc, aiohttp.ClientConnectorError)
+                if method == "GET" and attempt == 1 and on_open_connection:
                     continue  # a kept connection closed while idle: one fresh connect
-                raise ExecdUnavailable(self.address, f"{route}: {exc}") from exc
+                raise ExecdUnavailable(self.address, f"{route}: {_what(exc)}") from exc
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                what = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
-                raise ExecdUnavailable(self.address, f"{route}: {what}") from exc
+                raise ExecdUnavailable(self.address, f"{route}: {_what(exc)}") from exc
             payload = self._decode(route, status, data)
             try:
                 return parse(payload)
@@ -270,3 +270,7 @@ class ExecdClient:
         except ProtocolError as problem:
             raise ExecdBadAnswer(self.address, status, problem) from None
         raise ExecdRefused(self.address, status, error)
+
+
+def _what(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -286,3 +286,53 @@ async def test_read_bytes_that_are_not_base64_raise_instead_of_decoding_garbage(
         answer = await client.read_bytes("a")
     with pytest.raises(ValueError, match="not base64"):
         answer.data()
+
+
+class _OneAnswerPerConnection(BaseHTTPRequestHandler):
+    """Answers the first request of a connection (full health shape, kept alive), and drops
+    the connection at the second without a word: the idle-close race, made deterministic."""
+
+    protocol_version = "HTTP/1.1"
+    connections = 0
+
+    def setup(self) -> None:
+        type(self).connections += 1
+        self.answered = False
+        super().setup()
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.answered:
+            self.close_connection = True  # closes the socket without an answer
+            return
+        self.answered = True
+        data = json.dumps({"ok": True, "version": "test", "shell_alive": True}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+async def test_a_get_is_retried_once_on_a_closed_kept_connection_but_a_post_never() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OneAnswerPerConnection)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    where = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        async with ExecdClient(where, TOKEN) as client:
+            for _ in range(3):
+                assert (await client.health()).ok
+            assert _OneAnswerPerConnection.connections == 3  # each GET after the first: retried
+            with pytest.raises(ExecdUnavailable) as failed:
+                await client.reset()  # a POST on the closed kept connection: not sent twice
+            assert "POST /reset" in str(failed.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
