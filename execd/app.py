@@ -3,8 +3,9 @@ and implements one method per route (the route table lives in server.py).
 
 Invariant: all mutable state lives on an ``App`` instance - there is no
 module-level token, shell or cache - so two Apps in one process would not
-share anything. Handlers validate their whole request (``wire.parse``) before
-touching the shell or the file system.
+share anything. Handlers validate their whole request (``wire.parse`` into a
+``protocol`` shape) before touching the shell or the file system, and build every
+answer through its ``protocol`` shape, so the daemon and its clients cannot drift.
 """
 
 import logging
@@ -19,18 +20,20 @@ from typing import Any, Dict, List, Optional
 from . import __version__, probe
 from .config import Config
 from .procs import Cgroup, ProcessTracker, Reaper, set_child_subreaper
-from .shell import Busy, Shell
-from .wire import (
-    ApiError,
+from .protocol import (
+    EnvAnswer,
     EnvRequest,
     ExecRequest,
+    HealthAnswer,
+    ProbeAnswer,
     ReadBytesRequest,
     ReadRequest,
+    ResetAnswer,
     StateRequest,
     WriteRequest,
-    parse,
-    resolve,
 )
+from .shell import Busy, Shell
+from .wire import ApiError, parse, resolve
 
 try:
     # The constant-time comparison hmac.compare_digest falls back to; importing
@@ -179,7 +182,7 @@ class App:
     # -- routes --------------------------------------------------------------------
 
     def health(self, body: Body) -> Body:
-        return {"ok": True, "version": __version__, "shell_alive": self.shell.alive()}
+        return HealthAnswer(True, __version__, self.shell.alive()).to_json()
 
     def exec(self, body: Body) -> Body:
         req = parse(ExecRequest, body)
@@ -210,30 +213,31 @@ class App:
             raise _busy() from None
 
     def files_read(self, body: Body) -> Body:
-        return self.files.read(parse(ReadRequest, body))
+        return self.files.read(parse(ReadRequest, body)).to_json()
 
     def files_read_bytes(self, body: Body) -> Body:
-        return self.files.read_bytes(parse(ReadBytesRequest, body))
+        return self.files.read_bytes(parse(ReadBytesRequest, body)).to_json()
 
     def files_write(self, body: Body) -> Body:
-        return self.files.write(parse(WriteRequest, body))
+        return self.files.write(parse(WriteRequest, body)).to_json()
 
     def env_get(self, body: Body) -> Body:
-        return {"env": self.read_env()}
+        return EnvAnswer(self.read_env()).to_json()
 
     def env_post(self, body: Body) -> Body:
         req = parse(EnvRequest, body)
         self.write_env(req.set, req.unset)
-        return {"env": self.read_env()}
+        return EnvAnswer(self.read_env()).to_json()
 
     def reset(self, body: Body) -> Body:
         started = time.monotonic()
         report = self.shell.reset()
-        return dict(
-            report,
+        return ResetAnswer(
+            killed=report["killed"],
+            survivors=report["survivors"],
             shell_alive=self.shell.alive(),
             duration_ms=round((time.monotonic() - started) * 1000, 1),
-        )
+        ).to_json()
 
     def probe(self, body: Body) -> Body:
         try:
@@ -248,7 +252,7 @@ class App:
             self.cfg.default_timeout,
             env,
         )
-        return {"readings": readings}
+        return ProbeAnswer(readings).to_json()
 
     def state_baseline(self, body: Body) -> Body:
         return self._stateful(self.state.baseline, parse(StateRequest, body))
@@ -265,7 +269,7 @@ class App:
         if not self._state_lock.acquire(blocking=False):
             raise ApiError(409, "busy", "another state operation is running")
         try:
-            return fn(*args)
+            return fn(*args).to_json()
         finally:
             self._state_lock.release()
 

@@ -26,9 +26,17 @@ import os
 import stat
 import tempfile
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
-from .wire import ApiError, ReadBytesRequest, ReadRequest, WriteRequest, resolve
+from .protocol import (
+    ReadAnswer,
+    ReadBytesAnswer,
+    ReadBytesRequest,
+    ReadRequest,
+    WriteAnswer,
+    WriteRequest,
+)
+from .wire import ApiError, file_mode, resolve
 
 CHUNK = 1 << 20
 
@@ -66,7 +74,7 @@ class Files:
             )
         return f, st
 
-    def read(self, req: ReadRequest) -> Dict[str, Any]:
+    def read(self, req: ReadRequest) -> ReadAnswer:
         path = resolve(self.workspace, req.path)
         f, _st = self._open_regular(path)
         sha = hashlib.sha256()
@@ -106,33 +114,33 @@ class Files:
                     lines.append(text)
         content = "".join(lines)
         end_line = req.start_line + len(lines) - 1 if lines else req.start_line - 1
-        return {
-            "path": path,
-            "content": content,
-            "start_line": req.start_line,
-            "end_line": end_line,
-            "total_lines": number,
-            "complete": req.start_line <= 1 and end_line >= number,
-            "size": size,
-            "sha256": sha.hexdigest(),
-            "line_endings": "mixed" if crlf and lf else "crlf" if crlf else "lf" if lf else "none",
-            "bare_cr": bare_cr,
-            "bom": bom,
-        }
+        return ReadAnswer(
+            path=path,
+            content=content,
+            start_line=req.start_line,
+            end_line=end_line,
+            total_lines=number,
+            complete=req.start_line <= 1 and end_line >= number,
+            size=size,
+            sha256=sha.hexdigest(),
+            line_endings="mixed" if crlf and lf else "crlf" if crlf else "lf" if lf else "none",
+            bare_cr=bare_cr,
+            bom=bom,
+        )
 
-    def read_bytes(self, req: ReadBytesRequest) -> Dict[str, Any]:
+    def read_bytes(self, req: ReadBytesRequest) -> ReadBytesAnswer:
         path = resolve(self.workspace, req.path)
         f, _st = self._open_regular(path)
         with f:
             data = f.read()
-        return {
-            "path": path,
-            "content_b64": base64.b64encode(data).decode("ascii"),
-            "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
+        return ReadBytesAnswer(
+            path=path,
+            content_b64=base64.b64encode(data).decode("ascii"),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
 
-    def write(self, req: WriteRequest) -> Dict[str, Any]:
+    def write(self, req: WriteRequest) -> WriteAnswer:
         path = os.path.realpath(resolve(self.workspace, req.path))
         if req.content is not None:
             try:
@@ -146,7 +154,7 @@ class Files:
                 data = base64.b64decode(req.content_b64 or "", validate=True)
             except (binascii.Error, ValueError):
                 raise ApiError(400, "bad_value", "content_b64 is not valid base64") from None
-        mode = req.file_mode()
+        mode = file_mode(req)
         parent = os.path.dirname(path)
         with self._write_lock:
             old = _existing(path)
@@ -172,7 +180,7 @@ class Files:
                     )
                 os.makedirs(parent, exist_ok=True)
             _atomic_write(path, data, mode, old)
-        return {"path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        return WriteAnswer(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 def _existing(path: str) -> Optional[os.stat_result]:

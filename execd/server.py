@@ -9,7 +9,8 @@ Invariants: every route but ``GET /health`` answers 401 unless the request
 carries ``Authorization: Bearer <token>`` (compared with
 ``hmac.compare_digest``); the request body is always read in full (or the
 connection closed) before answering, so keep-alive never desyncs; every error
-is ``{"error": code, "detail": sentence}`` from ``send_json``.
+is ``{"error": code, "detail": sentence}`` (``protocol.ErrorAnswer``) from ``send_json``;
+the route table is ``protocol.ROUTES`` (shapes and auth) joined to ``App`` method names.
 """
 
 import json
@@ -19,7 +20,7 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, NamedTuple, Tuple
 
-from . import __version__
+from . import __version__, protocol
 from .app import App
 from .wire import ApiError
 
@@ -31,20 +32,23 @@ class Route(NamedTuple):
     auth: bool
 
 
-ROUTES = {
-    ("GET", "/health"): Route("health", False),
-    ("POST", "/exec"): Route("exec", True),
-    ("POST", "/files/read"): Route("files_read", True),
-    ("POST", "/files/read_bytes"): Route("files_read_bytes", True),
-    ("POST", "/files/write"): Route("files_write", True),
-    ("GET", "/env"): Route("env_get", True),
-    ("POST", "/env"): Route("env_post", True),
-    ("POST", "/reset"): Route("reset", True),
-    ("POST", "/state/baseline"): Route("state_baseline", True),
-    ("POST", "/state/check"): Route("state_check", True),
-    ("POST", "/state/restore"): Route("state_restore", True),
-    ("GET", "/probe"): Route("probe", True),
-}  # type: Dict[Tuple[str, str], Route]
+HANDLERS = {
+    ("GET", "/health"): "health",
+    ("POST", "/exec"): "exec",
+    ("POST", "/files/read"): "files_read",
+    ("POST", "/files/read_bytes"): "files_read_bytes",
+    ("POST", "/files/write"): "files_write",
+    ("GET", "/env"): "env_get",
+    ("POST", "/env"): "env_post",
+    ("POST", "/reset"): "reset",
+    ("POST", "/state/baseline"): "state_baseline",
+    ("POST", "/state/check"): "state_check",
+    ("POST", "/state/restore"): "state_restore",
+    ("GET", "/probe"): "probe",
+}
+# Every route the protocol declares, with its auth rule from there (a KeyError at import
+# if a declared route has no handler).
+ROUTES = {key: Route(HANDLERS[key], shape.auth) for key, shape in protocol.ROUTES.items()}  # type: Dict[Tuple[str, str], Route]
 PATHS = frozenset(path for _method, path in ROUTES)
 
 _REASONS = {
@@ -105,11 +109,12 @@ class Handler(BaseHTTPRequestHandler):
         costs ~60 us per request, a quarter of execd's CPU for a short command."""
         self.close_connection = True
         self.command = ""  # type: ignore[assignment]
-        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        raw = self.raw_requestline  # type: ignore[attr-defined]  # set by handle_one_request
+        self.requestline = str(raw, "iso-8859-1").rstrip("\r\n")
         words = self.requestline.split()
         if len(words) != 3 or not words[2].startswith("HTTP/1."):
             self.request_version = "HTTP/1.0"
-            self.send_json(400, {"error": "bad_request", "detail": "expected METHOD PATH HTTP/1.x"})
+            self.send_json(400, _error("bad_request", "expected METHOD PATH HTTP/1.x"))
             return False
         self.command, self.path, self.request_version = words
         headers = Headers()
@@ -118,23 +123,22 @@ class Handler(BaseHTTPRequestHandler):
             if len(line) > self.MAX_LINE:
                 self.send_json(
                     431,
-                    {
-                        "error": "header_too_long",
-                        "detail": "a header line is longer than %d bytes" % self.MAX_LINE,
-                    },
+                    _error(
+                        "header_too_long", "a header line is longer than %d bytes" % self.MAX_LINE
+                    ),
                 )
                 return False
             if line in (b"\r\n", b"\n", b""):
                 break
             name, sep, value = str(line, "iso-8859-1").partition(":")
             if not sep or not name.strip():
-                self.send_json(400, {"error": "bad_request", "detail": "malformed header line"})
+                self.send_json(400, _error("bad_request", "malformed header line"))
                 return False
             headers[name.strip().lower()] = value.strip()
         else:
             self.send_json(
                 431,
-                {"error": "too_many_headers", "detail": "more than %d headers" % self.MAX_HEADERS},
+                _error("too_many_headers", "more than %d headers" % self.MAX_HEADERS),
             )
             return False
         self.headers = headers  # type: ignore[assignment]
@@ -188,7 +192,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(e.status, e.body())
         except Exception as e:  # the one place that turns a bug into a 500, logged
             log.exception("%s %s failed", method, path)
-            self.send_json(500, {"error": "internal", "detail": "%s: %s" % (type(e).__name__, e)})
+            self.send_json(500, _error("internal", "%s: %s" % (type(e).__name__, e)))
 
     def _read_body(self, limit: int) -> bytes:
         length = self.headers.get("Content-Length")
@@ -220,6 +224,10 @@ class Handler(BaseHTTPRequestHandler):
             head.append("Connection: close")
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         self.log_request(status, len(body))
+
+
+def _error(code: str, detail: str) -> Dict[str, Any]:
+    return protocol.ErrorAnswer(code, detail).to_json()
 
 
 def _decode(raw: bytes) -> Any:

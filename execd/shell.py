@@ -19,11 +19,16 @@ import select
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .bashproc import BashProcess
 from .frames import FrameError, FrameParser, OutputCapture
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
+from .protocol import ExecAnswer
+
+if TYPE_CHECKING:  # names used in annotations only
+    from .frames import Frame
+    from .procs import Reaper
 
 log = logging.getLogger("execd.shell")
 
@@ -32,26 +37,9 @@ class Busy(Exception):
     """Another command is running in the shell."""
 
 
-class ExecResult(NamedTuple):
-    exit_code: int
-    output: str
-    output_bytes: int
-    truncated: bool
-    dropped_bytes: int
-    duration_ms: float
-    error: Optional[str]
-    shell_restarted: bool
-
-    def to_json(self) -> Dict[str, Any]:
-        out = self._asdict()
-        if out["error"] is None:
-            del out["error"]
-        return out
-
-
 class _Outcome(object):
     def __init__(self) -> None:
-        self.frame = None  # type: Optional[Frame]
+        self.frame: Optional["Frame"] = None
         self.frame_error = None  # type: Optional[str]
         self.died = False
         self.timed_out = False
@@ -84,7 +72,7 @@ class Shell:
             test_hooks,
         )
         self.tracker = tracker
-        self.reaper = tracker.reaper  # type: Reaper
+        self.reaper: "Reaper" = tracker.reaper
         self.cgroup = cgroup
         self.kill_grace = kill_grace
         self.output_cap = output_cap
@@ -156,7 +144,7 @@ class Shell:
 
     def run(
         self, command: str, timeout_s: float, cwd: str = "", hooks: Optional[Dict[str, Any]] = None
-    ) -> ExecResult:
+    ) -> ExecAnswer:
         if not self._busy.acquire(blocking=False):
             raise Busy()
         try:
@@ -166,7 +154,7 @@ class Shell:
 
     def _run_locked(
         self, command: str, timeout_s: float, cwd: str, hooks: Dict[str, Any]
-    ) -> ExecResult:
+    ) -> ExecAnswer:
         started = self.clock()
         restarted = False
         if self._proc is None or self._proc.poll_exit() is not None or self._proc.status_pending():
@@ -265,7 +253,7 @@ class Shell:
         started: float,
         timeout_s: float,
         restarted: bool,
-    ) -> ExecResult:
+    ) -> ExecAnswer:
         code, error = -1, None  # type: int, Optional[str]
         if o.timed_out:
             code = 124
@@ -296,7 +284,7 @@ class Shell:
                 "killed %d leftover process(es) and started a new shell "
                 "(cwd, variables and functions reset)" % len(killed),
             )
-        return ExecResult(
+        return ExecAnswer(
             exit_code=code,
             output=capture.text(),
             output_bytes=capture.total,

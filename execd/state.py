@@ -29,8 +29,9 @@ from typing import Any, Callable, Dict, List, Optional
 from . import statescan as scan
 from .procs import ProcessTracker, descendants, kill_processes
 from .procs import scan as scan_procs
+from .protocol import BaselineAnswer, CheckAnswer, RestoreAnswer, StateRequest
 from .statediff import Diff, atomic_bytes, atomic_symlink, diff, restore_order, undo_file, why_not
-from .wire import ApiError, StateRequest
+from .wire import ApiError
 
 IGNORED_ENV = ("_", "SANDMAN_EXECD")
 
@@ -148,7 +149,7 @@ class StateManager:
 
     # -- routes ------------------------------------------------------------------
 
-    def baseline(self, req: StateRequest) -> Dict[str, Any]:
+    def baseline(self, req: StateRequest) -> BaselineAnswer:
         started = time.monotonic()
         spec = self._spec(req)
         shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -158,17 +159,17 @@ class StateManager:
         with open(os.path.join(self.state_dir, "baseline.json"), "w") as f:
             json.dump(snap, f)
         copies = sum(1 for e in snap["files"].values() if e.get("copy"))
-        return {
-            "repos": spec["repos"],
-            "roots": spec["roots"],
-            "site_packages": spec["site_packages"],
-            "files": len(snap["files"]),
-            "restorable_files": copies,
-            "copied_bytes": store.used,
-            "processes": len(snap["processes"]),
-            "truncated": snap["truncated"],
-            "duration_ms": round((time.monotonic() - started) * 1000, 1),
-        }
+        return BaselineAnswer(
+            repos=spec["repos"],
+            roots=spec["roots"],
+            site_packages=spec["site_packages"],
+            files=len(snap["files"]),
+            restorable_files=copies,
+            copied_bytes=store.used,
+            processes=len(snap["processes"]),
+            truncated=snap["truncated"],
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+        )
 
     def _load(self) -> Dict[str, Any]:
         try:
@@ -177,17 +178,17 @@ class StateManager:
         except FileNotFoundError:
             raise ApiError(409, "no_baseline", "POST /state/baseline first") from None
 
-    def check(self) -> Dict[str, Any]:
+    def check(self) -> CheckAnswer:
         started = time.monotonic()
         base = self._load()
         diffs = diff(base, self._snapshot(base["spec"], None))
-        return {
-            "clean": not diffs,
-            "differences": diffs,
-            "duration_ms": round((time.monotonic() - started) * 1000, 1),
-        }
+        return CheckAnswer(
+            clean=not diffs,
+            differences=diffs,
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+        )
 
-    def restore(self) -> Dict[str, Any]:
+    def restore(self) -> RestoreAnswer:
         started = time.monotonic()
         base = self._load()
         diffs = diff(base, self._snapshot(base["spec"], None))
@@ -211,13 +212,13 @@ class StateManager:
                 if d["kind"] == "file" and d["change"] == "added" and d.get("type") == "d":
                     removed_dirs.append(d["path"])
         after = diff(base, self._snapshot(base["spec"], None))
-        return {
-            "restored": restored,
-            "unrestorable": failed,
-            "clean": not after,
-            "remaining": after,
-            "duration_ms": round((time.monotonic() - started) * 1000, 1),
-        }
+        return RestoreAnswer(
+            restored=restored,
+            unrestorable=failed,
+            clean=not after,
+            remaining=after,
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+        )
 
     # -- diff and undo -------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """A Python client for trainers: Sandman's REST API and each sandbox's execd.
 
-Standard library only (``http.client`` + ``json``), so a trainer can vendor this file.
+Standard library only (``http.client`` + ``json``; ``execd.protocol``, itself standard
+library, for the shapes of execd's answers), so a trainer can vendor it with that file.
 
     client = Client("http://sandman:8000", token)
     job = client.job(name="run-7", egress="deny", pacing={"rate_per_s": 20, "burst": 20})
@@ -12,6 +13,8 @@ Standard library only (``http.client`` + ``json``), so a trainer can vendor this
 
 Rules a reader must not break:
 * Every error (REST or execd) surfaces as ``SandmanClientError(status, code, detail)``.
+* execd answers are read through ``execd.protocol``'s shapes, never with guessed defaults:
+  an answer of another shape is ``SandmanClientError(status, "bad_response", ...)``.
 * execd calls go straight to the sandbox's ``address`` with ``Authorization: Bearer``,
   on one keep-alive connection per sandbox; REST calls use one keep-alive connection
   per thread (``http.client`` connections are not thread-safe).
@@ -23,15 +26,35 @@ Rules a reader must not break:
 from __future__ import annotations
 
 import base64
-import hashlib
 import http.client
 import json
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
+
+from execd.protocol import (
+    EnvAnswer,
+    EnvRequest,
+    ErrorAnswer,
+    ExecAnswer,
+    ExecRequest,
+    HealthAnswer,
+    ProbeAnswer,
+    ProtocolError,
+    ReadAnswer,
+    ReadBytesAnswer,
+    ReadBytesRequest,
+    ReadRequest,
+    ResetAnswer,
+    WriteAnswer,
+    WriteRequest,
+)
+
+T = TypeVar("T")
 
 _RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
@@ -122,6 +145,15 @@ def _raise_for(status: int, payload: Any) -> None:
     else:
         code, detail = "error", f"HTTP {status}"
     raise SandmanClientError(status, code, detail, payload)
+
+
+def _execd_error(status: int, payload: Any, route: str) -> SandmanClientError:
+    """execd's ``{"error", "detail"}`` answer as an error; any other body is bad_response."""
+    try:
+        answer = ErrorAnswer.from_json(payload, route)
+    except ProtocolError as exc:
+        return SandmanClientError(status, "bad_response", str(exc), payload)
+    return SandmanClientError(status, answer.error, answer.detail, payload)
 
 
 # --- execd results ------------------------------------------------------------------------
@@ -232,65 +264,63 @@ class Sandbox:
         return self._conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
 
     def _execd_json(
-        self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
-    ) -> Any:
+        self,
+        parse: Callable[[Any], T],
+        method: str,
+        path: str,
+        payload: Any = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> tuple[T, Any]:
+        """The answer read with its protocol shape's ``parse``, and the decoded JSON."""
         status, _, data = self._execd(method, path, payload, timeout_s=timeout_s)
         decoded = _decode(status, data)
-        _raise_for(status, decoded)
-        return decoded
+        if status >= 400:
+            raise _execd_error(status, decoded, f"{method} {path}")
+        try:
+            return parse(decoded), decoded
+        except ProtocolError as exc:
+            raise SandmanClientError(status, "bad_response", str(exc), decoded) from exc
 
     def health(self) -> dict[str, Any]:
-        return self._execd_json("GET", "/health")
+        return self._execd_json(HealthAnswer.from_json, "GET", "/health")[1]
 
     def run(self, command: str, *, timeout_s: float = 300.0, cwd: str | None = None) -> RunResult:
         """Run one command in the sandbox's persistent shell."""
-        payload: dict[str, Any] = {"command": command, "timeout_s": timeout_s}
-        if cwd is not None:
-            payload["cwd"] = cwd
+        payload = ExecRequest(command, timeout_s=timeout_s, cwd=cwd).to_json()
         # The HTTP wait must outlast execd's own timeout so execd's answer arrives.
-        body = self._execd_json("POST", "/exec", payload, timeout_s=timeout_s + 30.0)
+        answer, _ = self._execd_json(
+            ExecAnswer.from_json, "POST", "/exec", payload, timeout_s=timeout_s + 30.0
+        )
         return RunResult(
-            exit_code=body.get("exit_code"),
-            output=body.get("output", ""),
-            output_bytes=int(body.get("output_bytes", 0) or 0),
-            truncated=bool(body.get("truncated", False)),
-            duration_ms=float(body.get("duration_ms", 0.0) or 0.0),
-            error=body.get("error"),
+            exit_code=answer.exit_code,
+            output=answer.output,
+            output_bytes=answer.output_bytes,
+            truncated=answer.truncated,
+            duration_ms=answer.duration_ms,
+            error=answer.error,
         )
 
     def read(
         self, path: str, *, start_line: int | None = None, max_lines: int | None = None
     ) -> ReadResult:
         """A UTF-8 text window; ``size`` and ``sha256`` are of the WHOLE file."""
-        payload: dict[str, Any] = {"path": path}
-        if start_line is not None:
-            payload["start_line"] = start_line
-        if max_lines is not None:
-            payload["max_lines"] = max_lines
-        body = self._execd_json("POST", "/files/read", payload)
-        content = body.get("content", body.get("text", ""))
-        return ReadResult(
-            content=content, size=int(body.get("size", 0)), sha256=body.get("sha256", ""), raw=body
-        )
+        first = start_line if start_line is not None else 1
+        payload = ReadRequest(path, start_line=first, max_lines=max_lines).to_json()
+        answer, body = self._execd_json(ReadAnswer.from_json, "POST", "/files/read", payload)
+        return ReadResult(content=answer.content, size=answer.size, sha256=answer.sha256, raw=body)
 
     def read_bytes(self, path: str) -> BytesResult:
-        """The exact bytes of a file (base64 in JSON, or a raw body)."""
-        status, headers, data = self._execd("POST", "/files/read_bytes", {"path": path})
-        if headers.get("content-type", "").startswith("application/json"):
-            body = _decode(status, data)
-            _raise_for(status, body)
-            raw = base64.b64decode(body.get("content_b64", body.get("data_b64", "")))
-            return BytesResult(
-                data=raw,
-                size=int(body.get("size", len(raw))),
-                sha256=body.get("sha256") or hashlib.sha256(raw).hexdigest(),
-            )
-        _raise_for(status, None)
-        return BytesResult(
-            data=data,
-            size=int(headers.get("x-size", len(data))),
-            sha256=headers.get("x-sha256") or hashlib.sha256(data).hexdigest(),
+        """The exact bytes of a file (base64 in execd's JSON answer)."""
+        payload = ReadBytesRequest(path).to_json()
+        answer, body = self._execd_json(
+            ReadBytesAnswer.from_json, "POST", "/files/read_bytes", payload
         )
+        try:
+            data = answer.data()
+        except ProtocolError as exc:
+            raise SandmanClientError(200, "bad_response", str(exc), body) from exc
+        return BytesResult(data=data, size=answer.size, sha256=answer.sha256)
 
     def write(
         self,
@@ -302,33 +332,29 @@ class Sandbox:
         make_parents: bool = False,
     ) -> WriteResult:
         """Atomic write; with ``expected_sha256`` execd refuses (409) if the file changed."""
-        payload: dict[str, Any] = {"path": path}
         if isinstance(content, bytes):
-            payload["content_b64"] = base64.b64encode(content).decode("ascii")
+            text, b64 = None, base64.b64encode(content).decode("ascii")
         else:
-            payload["content"] = content
-        if expected_sha256 is not None:
-            payload["expected_sha256"] = expected_sha256
-        if mode is not None:
-            payload["mode"] = mode
-        if make_parents:
-            payload["make_parents"] = True
-        body = self._execd_json("POST", "/files/write", payload)
-        return WriteResult(size=int(body["size"]), sha256=body["sha256"])
+            text, b64 = content, None
+        payload = WriteRequest(path, text, b64, expected_sha256, mode, make_parents).to_json()
+        answer, _ = self._execd_json(WriteAnswer.from_json, "POST", "/files/write", payload)
+        return WriteResult(size=answer.size, sha256=answer.sha256)
 
     def env(self) -> dict[str, str]:
-        body = self._execd_json("GET", "/env")
-        return body.get("env", body)
+        return self._execd_json(EnvAnswer.from_json, "GET", "/env")[0].env
 
     def set_env(self, set: dict[str, str] | None = None, unset: list[str] | None = None) -> Any:  # noqa: A002
-        return self._execd_json("POST", "/env", {"set": set or {}, "unset": unset or []})
+        """Returns execd's answer ``{"env": {...}}``: the shell's environment afterwards."""
+        payload = EnvRequest(set or {}, unset or []).to_json()
+        return self._execd_json(EnvAnswer.from_json, "POST", "/env", payload)[1]
 
     def reset(self) -> Any:
-        """Kill every process the sandbox started and restart its shell."""
-        return self._execd_json("POST", "/reset", {})
+        """Kill every process the sandbox started and restart its shell (execd's answer:
+        ``killed``, ``survivors``, ``shell_alive``, ``duration_ms``)."""
+        return self._execd_json(ResetAnswer.from_json, "POST", "/reset", {})[1]
 
     def probe(self) -> dict[str, Any]:
-        return self._execd_json("GET", "/probe")
+        return self._execd_json(ProbeAnswer.from_json, "GET", "/probe")[1]
 
     def release(
         self,

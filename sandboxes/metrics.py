@@ -1,9 +1,11 @@
-"""``GET /metrics``: Prometheus text exposition (format 0.0.4), written by hand.
+"""``GET /metrics``: Prometheus text exposition (format 0.0.4) through ``prometheus_client``.
 
-Every number comes from one aggregate query (``sandboxes.selectors``), never a Python
-loop over rows, so a scrape costs the same with ten sandboxes or ten million.
-The pacer queue length is read from the controller only if this process started one;
-a scrape never builds or starts a controller.
+A custom collector (``SandmanCollector``) reads every number once per scrape from the
+aggregate queries in ``sandboxes.selectors`` (one per family, never a Python loop over
+rows, never a query per sample), so a scrape costs the same with ten sandboxes or ten
+million. Each scrape builds its own registry: no process-wide metric objects to keep in
+step with the database. The pacer queue length is read from the controller only if this
+process started one; a scrape never builds or starts a controller.
 
 Families (names are a contract with dashboards and alerts: add, never rename):
 * ``sandman_creates_total`` counter — sandboxes ever requested (one row per create).
@@ -15,11 +17,18 @@ Families (names are a contract with dashboards and alerts: add, never rename):
 
 from __future__ import annotations
 
-import math
 import sys
+from collections.abc import Iterator
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from sandboxes import selectors
 from sandboxes.states import SandboxState
@@ -46,27 +55,9 @@ CREATE_TO_READY_BUCKETS_S = (
 )
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(pairs: dict[str, str]) -> str:
-    if not pairs:
-        return ""
-    inner = ",".join(f'{key}="{_escape(val)}"' for key, val in pairs.items())
-    return "{" + inner + "}"
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if isinstance(value, int) or float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
-
-
-def _family(name: str, kind: str, help_text: str) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+def _bound(value: float) -> str:
+    """A bucket bound as the ``le`` label has always read: ``"1"``, ``"0.025"``, ``"600"``."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def pacer_queue_length() -> int:
@@ -86,35 +77,51 @@ def pacer_queue_length() -> int:
     return int(controller.pacer_queue_length())
 
 
+class SandmanCollector:
+    """Every family of ``/metrics``, read from the database when the registry collects."""
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not query the database
+
+    def collect(self) -> Iterator[Metric]:
+        creates = CounterMetricFamily("sandman_creates", "Sandboxes ever requested.")
+        creates.add_metric([], selectors.sandbox_create_total())
+        yield creates
+
+        hist = selectors.create_to_ready_histogram(bounds_s=CREATE_TO_READY_BUCKETS_S)
+        c2r = HistogramMetricFamily(
+            "sandman_create_to_ready_seconds", "Create-to-Ready time (requested to Ready)."
+        )
+        buckets = [(_bound(bound), count) for bound, count in hist.buckets]
+        c2r.add_metric([], buckets + [("+Inf", hist.count)], sum_value=hist.sum_s)
+        yield c2r
+
+        acquisitions = CounterMetricFamily(
+            "sandman_acquisitions",
+            "Acquire calls by where the sandbox came from and outcome.",
+            labels=["source", "outcome"],
+        )
+        for source, outcome, count in selectors.acquisition_counts():
+            acquisitions.add_metric([source or "none", outcome], count)
+        yield acquisitions
+
+        sandboxes = GaugeMetricFamily("sandman_sandboxes", "Sandboxes by state.", labels=["state"])
+        states = selectors.sandbox_state_counts()
+        for state in SandboxState.values:
+            sandboxes.add_metric([state], states.get(state, 0))
+        yield sandboxes
+
+        yield GaugeMetricFamily(
+            "sandman_pacer_queue_length",
+            "Creates waiting for a pacing token in this process.",
+            value=pacer_queue_length(),
+        )
+
+
 def render() -> str:
-    lines: list[str] = []
-    lines += _family("sandman_creates_total", "counter", "Sandboxes ever requested.")
-    lines.append(f"sandman_creates_total {selectors.sandbox_create_total()}")
-
-    hist = selectors.create_to_ready_histogram(bounds_s=CREATE_TO_READY_BUCKETS_S)
-    name = "sandman_create_to_ready_seconds"
-    lines += _family(name, "histogram", "Create-to-Ready time (requested to Ready).")
-    for bound, count in hist.buckets:
-        lines.append(f'{name}_bucket{{le="{_number(bound)}"}} {count}')
-    lines.append(f'{name}_bucket{{le="+Inf"}} {hist.count}')
-    lines.append(f"{name}_sum {_number(hist.sum_s)}")
-    lines.append(f"{name}_count {hist.count}")
-
-    name = "sandman_acquisitions_total"
-    lines += _family(name, "counter", "Acquire calls by where the sandbox came from and outcome.")
-    for source, outcome, count in selectors.acquisition_counts():
-        lines.append(f"{name}{_labels({'source': source or 'none', 'outcome': outcome})} {count}")
-
-    name = "sandman_sandboxes"
-    lines += _family(name, "gauge", "Sandboxes by state.")
-    states = selectors.sandbox_state_counts()
-    for state in SandboxState.values:
-        lines.append(f"{name}{_labels({'state': state})} {states.get(state, 0)}")
-
-    name = "sandman_pacer_queue_length"
-    lines += _family(name, "gauge", "Creates waiting for a pacing token in this process.")
-    lines.append(f"{name} {pacer_queue_length()}")
-    return "\n".join(lines) + "\n"
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SandmanCollector())
+    return generate_latest(registry).decode("utf-8")
 
 
 @require_GET

@@ -6,6 +6,8 @@ import datetime as dt
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from sandboxes.metrics import CREATE_TO_READY_BUCKETS_S
@@ -106,3 +108,16 @@ def test_metrics_counts_creates_states_acquisitions_and_buckets_create_to_ready(
 
 def _fmt(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+def test_a_scrape_costs_the_same_few_aggregate_queries_however_many_rows(client):
+    """One aggregate per family, never a query per row or per sample."""
+    with CaptureQueriesContext(connection) as empty:
+        client.get("/metrics")
+    user, _ = make_user("q")
+    job = make_job(user)
+    for i in range(6):
+        seed_sandbox(job, ready_after_s=0.1 * (i + 1), hand_out=i % 2 == 0)
+    with CaptureQueriesContext(connection) as seeded:
+        assert client.get("/metrics").status_code == 200
+    assert len(seeded.captured_queries) == len(empty.captured_queries) == 4

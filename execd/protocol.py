@@ -1,0 +1,415 @@
+"""execd's wire protocol: the request and answer shape of every route, and the error shape.
+
+The daemon builds every answer through these shapes (``to_json``) and parses every request
+body into them (``wire.parse``); clients build requests with ``to_json`` and read answers
+with ``from_json``. One module for both sides, so the daemon and its clients cannot drift.
+
+Rules a reader must not break:
+* ``from_json`` never guesses: a missing field, a field of the wrong type or an answer that
+  is not a JSON object raises ``ProtocolError`` naming the route and the field. Fields an
+  answer does not declare are ignored (a newer execd may add one); renaming or removing a
+  field, or changing its type, is a protocol change on both sides.
+* Every error answer is ``{"error": code, "detail": sentence, ...extra}`` (``ErrorAnswer``;
+  the daemon raises it as ``wire.ApiError``).
+* Python 3.8, standard library only: this file runs inside the sandbox's own ``python3``.
+  Shapes are ``typing.NamedTuple`` classes - immutable and typed like frozen dataclasses,
+  but ``dataclasses`` imports ``inspect``, which costs an idle execd ~1 MiB of RSS.
+"""
+
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type, TypeVar, Union
+
+T = TypeVar("T")
+Json = Dict[str, Any]
+
+
+class ProtocolError(ValueError):
+    """An answer of a shape the protocol does not declare (``field`` "" = the whole body)."""
+
+    def __init__(self, route: str, field: str, problem: str) -> None:
+        super().__init__("execd %s answered an unexpected shape: %s" % (route, problem))
+        self.route = route
+        self.field = field
+        self.problem = problem
+
+
+class FieldError(Exception):
+    """A value does not have its declared type (``sentence`` is the client-facing text)."""
+
+    def __init__(self, field: str, sentence: str) -> None:
+        super().__init__(sentence)
+        self.field = field
+        self.sentence = sentence
+
+
+_NUMBER = (int, float)
+
+
+def check(name: str, value: Any, kind: Any) -> Any:
+    """Return ``value`` if it has the declared type (Optional/Union/List/Dict understood).
+
+    Raises ``FieldError``; a bool is never a number, an int is accepted as a float.
+    """
+    origin = getattr(kind, "__origin__", None)
+    args = getattr(kind, "__args__", ())  # type: Tuple[Any, ...]
+    if origin is Union:
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        for kind_option in inner[:-1]:
+            try:
+                return check(name, value, kind_option)
+            except FieldError:
+                pass
+        return check(name, value, inner[-1])
+    if origin in (list, List):
+        if not isinstance(value, list):
+            raise FieldError(name, "%s must be a list" % name)
+        return [check("%s[%d]" % (name, i), v, args[0]) for i, v in enumerate(value)]
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise FieldError(name, "%s must be an object" % name)
+        return {k: check("%s.%s" % (name, k), v, args[1]) for k, v in value.items()}
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, _NUMBER):
+            raise FieldError(name, "%s must be a number" % name)
+        return float(value)
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FieldError(name, "%s must be an integer" % name)
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise FieldError(name, "%s must be true or false" % name)
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise FieldError(name, "%s must be a string" % name)
+        return value
+    if kind is Any:
+        return value
+    raise TypeError("unsupported wire type %r" % (kind,))
+
+
+def answer(cls: Type[T], route: str, obj: Any) -> T:
+    """Build answer shape ``cls`` from a decoded JSON answer of ``route``, or raise."""
+    if not isinstance(obj, dict):
+        raise ProtocolError(route, "", "the answer is not a JSON object")
+    kinds = cls.__annotations__
+    defaults = cls._field_defaults  # type: ignore[attr-defined]
+    values = {}
+    for name in cls._fields:  # type: ignore[attr-defined]
+        if name in obj:
+            try:
+                values[name] = check(name, obj[name], kinds[name])
+            except FieldError as e:
+                raise ProtocolError(route, e.field, e.sentence) from None
+        elif name not in defaults:
+            raise ProtocolError(route, name, "the field %r is missing" % name)
+    return cls(**values)
+
+
+def _json(shape: Any) -> Json:
+    """A shape's JSON object: every field, except optional ones that are None."""
+    return {k: v for k, v in shape._asdict().items() if v is not None}
+
+
+# -- requests (``wire`` adds the daemon's checks of the values: 400 ``bad_value``) ---------
+
+
+class ExecRequest(NamedTuple):
+    command: str
+    timeout_s: Optional[float] = None
+    cwd: Optional[str] = None
+    test_hooks: Optional[Dict[str, Any]] = None
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+
+class ReadRequest(NamedTuple):
+    path: str
+    start_line: int = 1
+    max_lines: Optional[int] = None
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+
+class ReadBytesRequest(NamedTuple):
+    path: str
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+
+class WriteRequest(NamedTuple):
+    path: str
+    content: Optional[str] = None
+    content_b64: Optional[str] = None
+    expected_sha256: Optional[str] = None
+    mode: Optional[Union[int, str]] = None
+    make_parents: bool = False
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+
+class EnvRequest(NamedTuple):
+    set: Dict[str, str] = {}  # never mutated: requests are read-only
+    unset: List[str] = []
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+
+class StateRequest(NamedTuple):
+    """The body of all three /state routes (check and restore use the baseline's spec)."""
+
+    repos: Optional[List[str]] = None
+    roots: Optional[List[str]] = None
+    site_packages: Optional[List[str]] = None
+    max_copy_bytes: Optional[int] = None
+    copy_budget_bytes: Optional[int] = None
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+
+# -- answers ------------------------------------------------------------------------------
+
+
+class ErrorAnswer(NamedTuple):
+    """Every non-200 answer; ``extra`` holds route-specific keys (``use``, ``current_sha256``)."""
+
+    error: str
+    detail: str
+    extra: Dict[str, Any] = {}
+
+    def to_json(self) -> Json:
+        out = {"error": self.error, "detail": self.detail}  # type: Json
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any, route: str = "error") -> "ErrorAnswer":
+        base = answer(_ErrorFields, route, obj)
+        extra = {k: v for k, v in obj.items() if k not in ("error", "detail")}
+        return cls(base.error, base.detail, extra)
+
+
+class _ErrorFields(NamedTuple):
+    error: str
+    detail: str
+
+
+class HealthAnswer(NamedTuple):
+    ok: bool
+    version: str
+    shell_alive: bool
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "HealthAnswer":
+        return answer(cls, "GET /health", obj)
+
+
+class ExecAnswer(NamedTuple):
+    """``error`` (absent when None) says why the shell could not give a clean status."""
+
+    exit_code: int
+    output: str
+    output_bytes: int
+    truncated: bool
+    dropped_bytes: int
+    duration_ms: float
+    shell_restarted: bool
+    error: Optional[str] = None
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "ExecAnswer":
+        return answer(cls, "POST /exec", obj)
+
+
+class ReadAnswer(NamedTuple):
+    """A text window; ``size`` and ``sha256`` describe the WHOLE file."""
+
+    path: str
+    content: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    complete: bool
+    size: int
+    sha256: str
+    line_endings: str  # lf | crlf | mixed | none
+    bare_cr: bool
+    bom: bool
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "ReadAnswer":
+        return answer(cls, "POST /files/read", obj)
+
+
+class ReadBytesAnswer(NamedTuple):
+    path: str
+    content_b64: str
+    size: int
+    sha256: str
+
+    def data(self) -> bytes:
+        """The file's exact bytes."""
+        import base64  # here: the daemon only ever encodes
+
+        try:
+            return base64.b64decode(self.content_b64, validate=True)
+        except ValueError:  # binascii.Error
+            route = "POST /files/read_bytes"
+            raise ProtocolError(route, "content_b64", "content_b64 is not base64") from None
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "ReadBytesAnswer":
+        return answer(cls, "POST /files/read_bytes", obj)
+
+
+class WriteAnswer(NamedTuple):
+    path: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "WriteAnswer":
+        return answer(cls, "POST /files/write", obj)
+
+
+class EnvAnswer(NamedTuple):
+    """The persistent shell's exported environment (both GET and POST /env)."""
+
+    env: Dict[str, str]
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "EnvAnswer":
+        return answer(cls, "/env", obj)
+
+
+class ResetAnswer(NamedTuple):
+    killed: List[int]
+    survivors: List[int]
+    shell_alive: bool
+    duration_ms: float
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "ResetAnswer":
+        return answer(cls, "POST /reset", obj)
+
+
+class BaselineAnswer(NamedTuple):
+    repos: List[str]
+    roots: List[str]
+    site_packages: List[str]
+    files: int
+    restorable_files: int
+    copied_bytes: int
+    processes: int
+    truncated: List[str]  # trees cut short by the copy budget
+    duration_ms: float
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "BaselineAnswer":
+        return answer(cls, "POST /state/baseline", obj)
+
+
+class CheckAnswer(NamedTuple):
+    """``differences``: objects with ``kind`` and ``change`` plus kind-specific keys."""
+
+    clean: bool
+    differences: List[Dict[str, Any]]
+    duration_ms: float
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "CheckAnswer":
+        return answer(cls, "POST /state/check", obj)
+
+
+class RestoreAnswer(NamedTuple):
+    """What was undone, what could not be (with ``reason``), and the check afterwards."""
+
+    restored: List[Dict[str, Any]]
+    unrestorable: List[Dict[str, Any]]
+    clean: bool
+    remaining: List[Dict[str, Any]]
+    duration_ms: float
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "RestoreAnswer":
+        return answer(cls, "POST /state/restore", obj)
+
+
+class ProbeAnswer(NamedTuple):
+    """Each reading is ``{"value": ..., "source": str}`` or ``{"unreadable": str}``."""
+
+    readings: Dict[str, Dict[str, Any]]
+
+    def to_json(self) -> Json:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "ProbeAnswer":
+        route = "GET /probe"
+        shape = answer(cls, route, obj)
+        for name, reading in shape.readings.items():
+            ok_value = isinstance(reading.get("source"), str) and "value" in reading
+            if not ok_value and not isinstance(reading.get("unreadable"), str):
+                why = "needs value and source, or unreadable"
+                raise ProtocolError(route, "readings." + name, "readings.%s %s" % (name, why))
+        return shape
+
+
+class Route(NamedTuple):
+    request: Optional[type]  # None: the route takes no body (an empty body or {} is accepted)
+    answer: Any  # the answer shape (a class with ``from_json``)
+    auth: bool = True  # Authorization: Bearer <token> required, else 401
+
+
+ROUTES: Dict[Tuple[str, str], Route] = {
+    ("GET", "/health"): Route(None, HealthAnswer, auth=False),
+    ("POST", "/exec"): Route(ExecRequest, ExecAnswer),
+    ("POST", "/files/read"): Route(ReadRequest, ReadAnswer),
+    ("POST", "/files/read_bytes"): Route(ReadBytesRequest, ReadBytesAnswer),
+    ("POST", "/files/write"): Route(WriteRequest, WriteAnswer),
+    ("GET", "/env"): Route(None, EnvAnswer),
+    ("POST", "/env"): Route(EnvRequest, EnvAnswer),
+    ("POST", "/reset"): Route(None, ResetAnswer),
+    ("POST", "/state/baseline"): Route(StateRequest, BaselineAnswer),
+    ("POST", "/state/check"): Route(StateRequest, CheckAnswer),
+    ("POST", "/state/restore"): Route(StateRequest, RestoreAnswer),
+    ("GET", "/probe"): Route(None, ProbeAnswer),
+}
