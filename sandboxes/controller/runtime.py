@@ -79,12 +79,35 @@ class SandboxRef:
         )
 
 
+class CreateSlots:
+    """The job's ``max_creating`` slots: a semaphore that also says how many wait for one.
+
+    ``waiting`` counts the creates blocked in ``async with slots`` (for the Table A21 harness,
+    which triggers a window once a create is parked here); it is exact because everything runs
+    on the controller's loop.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._semaphore = asyncio.Semaphore(size)
+        self.waiting = 0
+
+    async def __aenter__(self) -> None:
+        self.waiting += 1
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self.waiting -= 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._semaphore.release()
+
+
 @dataclass
 class JobRuntime:
     info: JobInfo
     pool: JobPool
     pacer: CompositePacer
-    slots: asyncio.Semaphore
+    slots: CreateSlots
     waiters: dict[int, asyncio.Future[CreateOutcome]] = field(default_factory=dict)
     # Warm and checked pods' identities (no row read on the warm path); dropped at delete.
     refs: dict[int, SandboxRef] = field(default_factory=dict)
@@ -123,7 +146,7 @@ def build_runtime(
         info=info,
         pool=JobPool(job_id=info.id, limits=limits, clock=clock),
         pacer=CompositePacer(bucket, cluster),
-        slots=asyncio.Semaphore(info.max_creating),
+        slots=CreateSlots(info.max_creating),
     )
 
 

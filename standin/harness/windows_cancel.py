@@ -88,8 +88,9 @@ def w04(t: Trial) -> None:
     t.subject = ""
     call = t.acquire(timeout_s=TIMEOUT_S)
     rt = on_loop(t.controller, lambda: t.controller.job_runtime(t.job.pk))
+    assert rt is not None, "the warm build loaded the job's runtime"
     wait_until(
-        lambda: on_loop(t.controller, lambda: len(rt.slots._waiters or ())) == 1,
+        lambda: on_loop(t.controller, lambda: rt.slots.waiting) == 1,
         what="the acquire's create waiting for a create slot",
     )
     t.expire()
