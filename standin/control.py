@@ -15,17 +15,40 @@ those methods run at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from standin.gates import Gate
+from standin.events import EventLog
+from standin.gates import Gate, GateRegistry
+from standin.plans import PlanRegistry
+from standin.server import ApiServer
+from standin.sim import Simulation
+from standin.store import Store
 
-if TYPE_CHECKING:
-    from standin.cluster import StandinCluster
+
+class ControlledCluster(Protocol):
+    """What these routes use of the cluster (``StandinCluster`` is the one implementation).
+
+    Declared here rather than imported, so ``cluster`` -> ``control`` stays one-way.
+    """
+
+    gates: GateRegistry
+    plans: PlanRegistry
+    api: ApiServer
+    store: Store
+    sim: Simulation
+    events_log: EventLog
+
+    def state(self) -> dict[str, Any]: ...
+    def pods(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
+    def nodes(self) -> list[dict[str, Any]]: ...
+    def address_failures(self) -> dict[str, Any]: ...
+    def request_totals(self) -> dict[str, int]: ...
+    def put_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
-def add_routes(app: web.Application, cluster: StandinCluster) -> None:
+def add_routes(app: web.Application, cluster: ControlledCluster) -> None:
     gates: dict[int, Gate] = {}
 
     async def state(request: web.Request) -> web.Response:
