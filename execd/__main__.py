@@ -42,7 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         app.start()
         server = Server((cfg.host, cfg.port), app)
         host, port = server.server_address[:2]
-        sys.stdout.write("listening on %s:%d\n" % (host, port))
+        sys.stdout.write("listening on %s:%d\n" % (str(host), port))
         sys.stdout.flush()
         try:
             server.serve_forever(poll_interval=0.5)

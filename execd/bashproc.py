@@ -311,14 +311,14 @@ class BashProcess:
             rc = self.proc.wait()
         reaper.forget(self.pid)
         with self._io_lock:
-            fds = [
+            fds: "list[int]" = [
                 self._script_w,
                 self.status_r,
                 self.out_r,
                 self._cmd_fd,
                 self._chk_fd,
                 self._wake_w,
-            ]  # type: List[int]
+            ]
             if self.pidfd is not None:
                 fds.append(self.pidfd)
             for fd in fds:

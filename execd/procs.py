@@ -24,7 +24,10 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set
+
+if TYPE_CHECKING:  # annotations only: the daemon imports subprocess where it spawns
+    import subprocess
 
 log = logging.getLogger("execd.procs")
 
@@ -213,7 +216,7 @@ class Reaper:
         """Called from the SIGCHLD handler."""
         self._wake.set()
 
-    def spawn(self, start: Callable[[], "object"]) -> "object":
+    def spawn(self, start: Callable[[], "subprocess.Popen[Any]"]) -> "subprocess.Popen[Any]":
         """Run ``start()`` (which forks) and register the child's pid atomically."""
         with self._lock:
             child = start()

@@ -89,7 +89,7 @@ class Server(ThreadingHTTPServer):
 class Headers(dict):
     """Request headers by lower-cased name (the only lookups execd makes)."""
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         return dict.get(self, name.lower(), default)
 
 
@@ -108,7 +108,7 @@ class Handler(BaseHTTPRequestHandler):
         """Request line and headers, without the email package: the stock parser
         costs ~60 us per request, a quarter of execd's CPU for a short command."""
         self.close_connection = True
-        self.command = ""  # type: ignore[assignment]
+        self.command = ""
         raw = self.raw_requestline  # type: ignore[attr-defined]  # set by handle_one_request
         self.requestline = str(raw, "iso-8859-1").rstrip("\r\n")
         words = self.requestline.split()

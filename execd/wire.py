@@ -57,7 +57,7 @@ def parse(cls: Type[T], body: Any) -> T:
     unknown = sorted(set(body) - set(kinds))
     if unknown:
         raise ApiError(400, "unknown_field", "unknown field(s): %s" % ", ".join(unknown))
-    obj = cls(**values)  # type: ignore[call-arg]
+    obj = cls(**values)
     validate = _VALIDATORS.get(cls)
     return validate(obj) if validate is not None else obj
 

@@ -36,7 +36,7 @@ def annotations_of(obj: Obj) -> dict[str, str]:
     meta = obj.setdefault("metadata", {})
     if not isinstance(meta.get("annotations"), dict):
         meta["annotations"] = {}
-    return meta["annotations"]  # type: ignore[no-any-return]
+    return meta["annotations"]
 
 
 def main_container(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -306,7 +306,7 @@ class LocalProvider:
         return spawn(spec, plan, self._clock())
 
     def _prepare_workspace(self, source: ImageSource, workspace: Path, isolated: bool) -> None:
-        materialize(source, workspace)  # type: ignore[arg-type]
+        materialize(source, workspace)
         if isolated and os.geteuid() == 0:
             chown_tree(workspace, self.uid, self.gid)
 
