@@ -87,7 +87,7 @@ class Sandbox(models.Model):
     agent_used = models.BooleanField(default=False)
     # Checked reuse: verdicts seen on this pod, {"<patch_sha256>:<suite>": "pass"|"fail"}.
     reuse_verdicts = models.JSONField(default=dict, blank=True)
-    # Timestamps of ARCHITECTURE.md §7 (those the backend can know).
+    # Timestamps of docs/architecture.md §8 (those the backend can know).
     requested_at = models.DateTimeField()
     api_created_at = models.DateTimeField(null=True, blank=True)
     scheduled_at = models.DateTimeField(null=True, blank=True)

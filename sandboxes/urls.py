@@ -1,4 +1,4 @@
-"""REST routes of the sandboxes app, mounted under ``/api/v1/`` (ARCHITECTURE.md §4)."""
+"""REST routes of the sandboxes app, mounted under ``/api/v1/`` (docs/architecture.md §5)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Every chart is one entry of :data:`CHARTS`: a selector call (``selectors.overview``), a
 figure (``figures.overview``) and the table shown beside it and offered as CSV and JSON at
-``/dashboard/data/<chart>.csv|json`` (ARCHITECTURE.md §8). The page machinery is
+``/dashboard/data/<chart>.csv|json`` (docs/architecture.md §8). The page machinery is
 ``pages.charts``; access is ``dashboards.access`` (staff only). These charts refresh on the
 page script's own event map (no ``refresh_on``).
 """

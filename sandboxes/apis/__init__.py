@@ -1,4 +1,4 @@
-"""The REST API for trainers (ARCHITECTURE.md §4): one APIView per operation.
+"""The REST API for trainers (docs/architecture.md §5): one APIView per operation.
 
 ``jobs`` holds job create/list/get and the pool operations (acquire, prewarm, drain);
 ``sandboxes`` holds sandbox list/detail/release. Names of paths and fields are a

@@ -72,7 +72,7 @@ class ReadyInfo:
     """What the backend learned while the sandbox became Ready.
 
     ``address`` is ``host:port`` of execd: the pod IP, never a Service.
-    ``timeline`` maps event names of ARCHITECTURE.md §7 (``api_created``, ``scheduled``,
+    ``timeline`` maps event names of docs/architecture.md §8 (``api_created``, ``scheduled``,
     ``address_assigned``, ``image_pulled``, ``started``, ``ready``) to tz-aware UTC times.
     """
 

@@ -1,6 +1,6 @@
 """Acquisition writes: one row per acquire call, written finished or opened and finished once.
 
-The row records what the dashboards need (ARCHITECTURE.md §7): the pacer queue wait,
+The row records what the dashboards need (docs/architecture.md §8): the pacer queue wait,
 the create time, the total wait the caller saw, the outcome and where the sandbox came
 from. Finishing twice is refused (``InvalidTransition``): an outcome is never rewritten.
 """

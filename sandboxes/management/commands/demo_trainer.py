@@ -1,6 +1,6 @@
 """``manage.py demo_trainer``: simulated rollouts through the Python client, over HTTP.
 
-Each rollout does what a trainer's agent worker does (ARCHITECTURE.md §2): acquire a
+Each rollout does what a trainer's agent worker does (docs/architecture.md §2): acquire a
 sandbox, run a few commands in its persistent shell, write a file, read it back and check
 its sha256 against what execd reported for the write, then release with a verdict. C
 worker threads share N rollouts. It talks to the service only through

@@ -1,6 +1,6 @@
 """Kubernetes backend: the pod manifest of one sandbox and the execd boot command (pure).
 
-Rules a reader must not break (ARCHITECTURE.md §3):
+Rules a reader must not break (docs/architecture.md §4):
 * requests == limits; no service-account token; no service links; seccomp
   RuntimeDefault; NET_RAW dropped; soft topology spread (maxSkew 2, ScheduleAnyway).
 * The execd token travels ONLY in the env var ``SANDMAN_EXECD_TOKEN``; the boot shell

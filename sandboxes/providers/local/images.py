@@ -1,6 +1,6 @@
 """Local images: how an image name and a base commit become a sandbox's workspace.
 
-ARCHITECTURE.md §9: image ``NAME`` is the template directory ``SANDMAN_IMAGES_DIR/NAME``;
+docs/architecture.md §9: image ``NAME`` is the template directory ``SANDMAN_IMAGES_DIR/NAME``;
 ``sandman/empty`` always exists (an empty workspace, no directory needed);
 ``file:///abs/dir`` uses that directory; with ``base_commit`` the template must be a git
 repository and the workspace is a checkout at that commit.
