@@ -12,15 +12,14 @@ one table always carry the same columns and values.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, JsonResponse
 
+from sandman_site.csvfile import csv_text
 from sandman_site.errors import SandmanError
 
 
@@ -51,12 +50,9 @@ def error_response(exc: SandmanError) -> JsonResponse:
 def csv_response(
     columns: Sequence[str], rows: Iterable[Sequence[Any]], *, filename: str
 ) -> HttpResponse:
-    """A table as a CSV download: a header of ``columns``, then ``rows`` of :func:`cells`."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(["" if value is None else value for value in row] for row in rows)
-    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    """A table as a CSV download: a header of ``columns``, then ``rows`` of :func:`cells`
+    (written by the service's one CSV writer, which quotes formula-like cells)."""
+    response = HttpResponse(csv_text(columns, rows), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

@@ -2,19 +2,19 @@
 
 Both read from ``incidents.selectors.export_queryset`` (or any prefetched queryset) and
 write the wire shape of ``incidents.records``, so a JSON export always imports again.
-CSV cells that a spreadsheet would run as a formula are prefixed with a quote.
+The CSV goes through the service's one writer (``sandman_site.csvfile``), which quotes
+cells a spreadsheet would run as a formula.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from incidents.models import Incident
 from incidents.records import EXPORT_FORMAT, EXPORT_VERSION, IncidentRecordSerializer
+from sandman_site.csvfile import csv_text
 
 CSV_COLUMNS = (
     "id",
@@ -42,7 +42,6 @@ CSV_COLUMNS = (
     "recorded_by",
     "recorded_at",
 )
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def export_document(incidents: Iterable[Incident], *, now: datetime) -> dict[str, Any]:
@@ -55,19 +54,12 @@ def export_document(incidents: Iterable[Incident], *, now: datetime) -> dict[str
 
 
 def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
     if isinstance(value, list):
         return " ".join(str(v) for v in value)
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
     return value
 
 
 def incidents_csv(incidents: Iterable[Incident]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(CSV_COLUMNS)
-    for record in IncidentRecordSerializer(list(incidents), many=True).data:
-        writer.writerow([_cell(record[column]) for column in CSV_COLUMNS])
-    return out.getvalue()
+    records = IncidentRecordSerializer(list(incidents), many=True).data
+    rows = ([_cell(record[column]) for column in CSV_COLUMNS] for record in records)
+    return csv_text(CSV_COLUMNS, rows, lineterminator="\r\n")

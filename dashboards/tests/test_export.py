@@ -32,3 +32,9 @@ def test_a_csv_download_has_the_header_and_empty_cells_for_missing_values() -> N
     disposition = 'attachment; filename="sandman-x-20261014T120000Z.csv"'
     assert response["Content-Disposition"] == disposition
     assert response.content.decode() == "at,rate,hours\n2026-10-14T12:00:00Z,,3\n"
+
+
+def test_a_csv_download_quotes_a_job_name_a_spreadsheet_would_run_as_a_formula() -> None:
+    """Job and workload names are user text: CSV injection is refused at the one writer."""
+    response = csv_response(("job", "hours"), [['=HYPERLINK("x")', -2.0]], filename="t.csv")
+    assert response.content.decode() == 'job,hours\n"\'=HYPERLINK(""x"")",-2.0\n'
