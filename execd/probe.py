@@ -1,4 +1,4 @@
-"""Run-condition readings for ``GET /probe`` (paper §4, Appendix H).
+"""Run-condition readings for ``GET /probe`` (paper §4.5).
 
 Each field is ``{"value": ..., "source": "<where it was read>"}`` or
 ``{"unreadable": "<why>"}``. Invariant: a field is never guessed - if the

@@ -1,5 +1,5 @@
 """One persistent bash keeps cwd, environment, functions and background
-processes across calls (paper Appendix G); every command's stdin is /dev/null."""
+processes across calls (paper §3.1); every command's stdin is /dev/null."""
 
 import os
 

@@ -258,7 +258,7 @@ async def test_the_informer_relists_after_410_and_keeps_resolving(
 async def test_an_ambiguous_create_is_read_back_and_deleted(
     make_cluster: MakeCluster, make_provider: MakeProvider, plan: str
 ) -> None:
-    """Table A21, windows 16 and 18: a 504 or a reset after the pod was stored."""
+    """Table A21, windows 16 and 17: a 504 or a reset after the pod was stored."""
     cluster = make_cluster(nodes=1)
     provider = make_provider(cluster)
     cluster.plans.add("create", plan, name_prefix="sb-")
@@ -370,7 +370,7 @@ async def test_a_delete_answered_500_stays_pending_until_flushed(
 async def test_a_delete_whose_reply_is_lost_is_confirmed_by_the_retry(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
-    """Table A21, window 21: the delete was applied, the answer reset; the retry gets 404."""
+    """Table A21, window 20: the delete was applied, the answer reset; the retry gets 404."""
     cluster = make_cluster(nodes=1)
     pending: list[PendingDelete] = []
     provider = make_provider(cluster, on_pending=pending.append)
@@ -386,6 +386,7 @@ async def test_a_delete_whose_reply_is_lost_is_confirmed_by_the_retry(
 async def test_a_delete_that_times_out_is_retried_until_confirmed(
     make_cluster: MakeCluster, make_provider: MakeProvider, plan: str
 ) -> None:
+    """Table A21, window 21: the delete times out (applied or not); the retry confirms it."""
     cluster = make_cluster(nodes=1)
     provider = make_provider(cluster, request_timeout_s=0.5)
     handle = await provider.create(spec("sb-1"))
