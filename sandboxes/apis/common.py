@@ -17,6 +17,7 @@ from rest_framework import serializers
 from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
+from sandboxes.controller import Controller, PrewarmKey, get_controller
 from sandboxes.quantities import (
     QuantityError,
     format_bytes,
@@ -115,16 +116,12 @@ def check_image(image: str, base_commit: str | None) -> None:
         raise UnknownImage(f"Unknown image {image!r}{at}: the backend cannot start it.")
 
 
-def controller() -> Any:
-    """The process-wide controller, imported late: URL loading never builds a provider."""
-    from sandboxes.controller import get_controller
-
+def controller() -> Controller:
+    """The process-wide controller (built on first use, never at URL loading)."""
     return get_controller()
 
 
-def prewarm_key(**fields: Any) -> Any:
-    from sandboxes.controller import PrewarmKey
-
+def prewarm_key(**fields: Any) -> PrewarmKey:
     return PrewarmKey(**fields)
 
 
