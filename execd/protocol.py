@@ -153,6 +153,23 @@ class WriteRequest(NamedTuple):
     def to_json(self) -> Json:
         return _json(self)
 
+    @classmethod
+    def of(
+        cls,
+        path: str,
+        content: Union[str, bytes],
+        expected_sha256: Optional[str] = None,
+        mode: Optional[Union[int, str]] = None,
+        make_parents: bool = False,
+    ) -> "WriteRequest":
+        """Text goes as ``content``, bytes as ``content_b64`` (exact bytes, any encoding)."""
+        if isinstance(content, bytes):
+            import base64  # here: clients build writes; the daemon never does
+
+            b64 = base64.b64encode(content).decode("ascii")
+            return cls(path, None, b64, expected_sha256, mode, make_parents)
+        return cls(path, content, None, expected_sha256, mode, make_parents)
+
 
 class EnvRequest(NamedTuple):
     set: Dict[str, str] = {}  # never mutated: requests are read-only

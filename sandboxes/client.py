@@ -25,7 +25,6 @@ Rules a reader must not break:
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import socket
@@ -332,11 +331,7 @@ class Sandbox:
         make_parents: bool = False,
     ) -> WriteResult:
         """Atomic write; with ``expected_sha256`` execd refuses (409) if the file changed."""
-        if isinstance(content, bytes):
-            text, b64 = None, base64.b64encode(content).decode("ascii")
-        else:
-            text, b64 = content, None
-        payload = WriteRequest(path, text, b64, expected_sha256, mode, make_parents).to_json()
+        payload = WriteRequest.of(path, content, expected_sha256, mode, make_parents).to_json()
         answer, _ = self._execd_json(WriteAnswer.from_json, "POST", "/files/write", payload)
         return WriteResult(size=answer.size, sha256=answer.sha256)
 

@@ -22,7 +22,6 @@ Rules a reader must not break:
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable
 from types import TracebackType
@@ -182,11 +181,7 @@ class ExecdClient:
         make_parents: bool = False,
     ) -> WriteAnswer:
         """Atomic; with ``expected_sha256`` execd refuses (409 sha_mismatch) a changed file."""
-        if isinstance(content, bytes):
-            text, b64 = None, base64.b64encode(content).decode("ascii")
-        else:
-            text, b64 = content, None
-        body = WriteRequest(path, text, b64, expected_sha256, mode, make_parents).to_json()
+        body = WriteRequest.of(path, content, expected_sha256, mode, make_parents).to_json()
         return await self._call(WriteAnswer.from_json, "POST", "/files/write", body)
 
     async def env(self) -> dict[str, str]:
