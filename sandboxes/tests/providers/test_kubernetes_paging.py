@@ -42,7 +42,6 @@ def list_queries(cluster: StandinCluster) -> list[dict[str, str]]:
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="lists are one unpaged request")
 async def test_lists_come_in_pages_of_the_chosen_size_and_miss_nothing(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
@@ -62,7 +61,6 @@ async def test_lists_come_in_pages_of_the_chosen_size_and_miss_nothing(
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="lists are one unpaged request")
 async def test_a_continue_token_expired_mid_list_restarts_it(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:

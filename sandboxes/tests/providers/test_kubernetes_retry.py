@@ -46,7 +46,6 @@ class RecordedSleep:
 
 # --- item 4: load shedding ---------------------------------------------------------------------
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="a 429 create is a refused create: no resend")
 async def test_a_429_create_is_resent_with_the_same_name_and_nonce_and_becomes_ready(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
@@ -66,7 +65,20 @@ async def test_a_429_create_is_resent_with_the_same_name_and_nonce_and_becomes_r
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="the informer relists after a throttled watch")
+async def test_a_429_create_past_its_attempts_fails_without_a_read_or_delete(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    cluster = make_cluster(nodes=1)
+    provider = make_provider(cluster, sleep=RecordedSleep(), throttle_attempts=2)
+    cluster.plans.add("create", "429", times=None)
+    with pytest.raises(ProviderError) as caught:
+        await provider.create(spec("sb-1"))
+    assert caught.value.extra["status"] == 429
+    assert counts(cluster, "get") == 0 and counts(cluster, "delete") == 0
+    assert cluster.pods(NS) == []
+
+
+@pytest.mark.asyncio
 async def test_a_throttled_watch_rewatches_from_its_last_version_without_relisting(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
@@ -84,7 +96,6 @@ async def test_a_throttled_watch_rewatches_from_its_last_version_without_relisti
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="the informer relists after a dropped watch")
 async def test_a_dropped_watch_rewatches_and_only_a_410_relists(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
@@ -109,7 +120,6 @@ async def test_a_dropped_watch_rewatches_and_only_a_410_relists(
 
 # --- item 9: errors told apart -----------------------------------------------------------------
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="a 422 is a generic refusal that names no field")
 async def test_a_422_is_final_and_names_the_field(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
@@ -126,7 +136,6 @@ async def test_a_422_is_final_and_names_the_field(
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="an exceeded-quota 403 is treated as final")
 async def test_an_exceeded_quota_403_backs_off_and_is_retried(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
@@ -141,7 +150,6 @@ async def test_an_exceeded_quota_403_backs_off_and_is_retried(
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, reason="the ambiguous create's error drops the HTTP status")
 @pytest.mark.parametrize("plan", ["500_before_store", "webhook_timeout", "504_after_store"])
 async def test_a_5xx_create_keeps_its_status_for_the_create_error_detector(
     make_cluster: MakeCluster, make_provider: MakeProvider, plan: str
