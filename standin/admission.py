@@ -7,7 +7,8 @@ Kubernetes", https://kubernetes.io/docs/reference/access-authn-authz/admission-c
   reads it: 429 ``TooManyRequests`` with a ``Retry-After`` header ("API Priority and
   Fairness", https://kubernetes.io/docs/concepts/cluster-administration/flow-control/);
 * object validation: a pod name is a DNS-1123 subdomain, label values are valid label
-  values, ``spec.containers`` and each container's ``name`` and ``image`` are required;
+  values, ``spec.containers`` and each container's ``name`` and ``image`` are required
+  (an image with leading or trailing whitespace is invalid);
   a failure is 422 ``Invalid`` with one ``details.causes`` entry per field ("Object Names
   and IDs", https://kubernetes.io/docs/concepts/overview/working-with-objects/names/);
 * the ResourceQuota admission plugin: a pod-count / ``requests.cpu`` limit per namespace,
@@ -105,8 +106,12 @@ def _container_causes(spec: Any) -> list[Cause]:
             causes.append(_required(f"{where}.name"))
         elif not re.fullmatch(DNS1123_LABEL, name) or len(name) > 63:
             causes.append(_invalid(f"{where}.name", name, LABEL_NAME_MSG))
-        if not (container or {}).get("image"):
+        image = str((container or {}).get("image") or "")
+        if not image:
             causes.append(_required(f"{where}.image"))
+        elif image != image.strip():
+            why = "must not have leading or trailing whitespace"
+            causes.append(_invalid(f"{where}.image", image, why))
     return causes
 
 

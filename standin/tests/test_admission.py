@@ -55,6 +55,7 @@ def test_a_shed_request_is_a_429_with_retry_after_and_stores_nothing(
         (pod("Bad_Name"), "metadata.name", "FieldValueInvalid"),
         (pod("ok", labels={"team": "not ok!"}), "metadata.labels", "FieldValueInvalid"),
         (pod("ok", image=""), "spec.containers[0].image", "FieldValueRequired"),
+        (pod("ok", image=" task/img:1"), "spec.containers[0].image", "FieldValueInvalid"),
         ({"metadata": {"name": "ok"}, "spec": {"containers": []}}, "spec.containers", None),
     ],
 )
