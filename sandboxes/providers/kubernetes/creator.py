@@ -211,7 +211,7 @@ class PodCreator:
             "status": status,
             "attempts": attempts,
         }
-        server_says = str(status_body(exc).get("message") or describe(exc))
+        server_says = str(status_body(exc).get("message") or "")
         fields = invalid_fields(exc) if status == 422 else []
         if status == 422:
             extra["fields"] = fields
@@ -225,7 +225,8 @@ class PodCreator:
         if status == 403:
             extra["quota_exceeded"] = is_quota_exceeded(exc)
         cls = ProviderForbidden if status == 403 else ProviderError
-        return _err(cls, f"create of pod {spec.name} refused: {server_says}", extra, exc)
+        message = f"create of pod {spec.name} refused ({describe(exc)}): {server_says}"
+        return _err(cls, message, extra, exc)
 
     def _conflict_sync(self, spec: SandboxSpec, exc: ApiException) -> CreateOutcome:
         extra: dict[str, Any] = {"name": spec.name, "nonce": spec.nonce, "status": 409}

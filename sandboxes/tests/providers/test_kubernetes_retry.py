@@ -8,6 +8,7 @@ counts are the auditor: "no relist after a 429 or a dropped watch; one relist af
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 
 import pytest
@@ -103,10 +104,14 @@ async def test_a_dropped_watch_rewatches_and_only_a_410_relists(
     provider = make_provider(cluster, backoff_initial_s=0.0)
     await provider.wait_ready(await provider.create(spec("a")), READY_S)
     plan = cluster.plans.add("watch", "drop")
+    watches = itertools.count()
+    rewatch = cluster.gates.add("watch_received", lambda ctx: next(watches) == 1)
     cluster.close_watches()  # re-watch -> the connection breaks -> re-watch again
-    await provider.wait_ready(await provider.create(spec("b")), READY_S)
+    await rewatch.reached(timeout=10)  # the watch after the broken one was sent
     assert plan.fired == 1
     assert counts(cluster, "list") == 1 and counts(cluster, "watch") == 3
+    rewatch.release()
+    await provider.wait_ready(await provider.create(spec("b")), READY_S)
     gate = cluster.gates.add("watch_received")
     cluster.close_watches()
     await gate.reached(timeout=10)  # held while history moves on and is compacted
