@@ -88,6 +88,14 @@ class ProviderForbidden(ProviderError):
     status = 502
 
 
+class ProviderInvalid(ProviderError):
+    """The backend refused the sandbox's spec (Kubernetes 422 Invalid): final, the caller's
+    to fix; the message names the refused fields."""
+
+    code = "provider_invalid"
+    status = 422
+
+
 class ProviderAmbiguous(ProviderError):
     """The create may or may not have been stored (5xx, reset): read back by nonce."""
 

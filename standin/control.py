@@ -3,7 +3,8 @@
 Reads: ``state`` (everything), ``pods``, ``nodes``, ``events``, ``address-failures``,
 ``requests``. Writes: ``plans`` (POST adds, DELETE clears), ``gates`` (POST arms one;
 GET ``gates/{id}`` reports it; POST ``gates/{id}/release``), ``bookmark``, ``compact``,
-``close-watches``, ``advance`` (manual mode), ``pods/{ns}`` (store a pod of "another
+``close-watches``, ``advance`` (manual mode), ``quota/{ns}`` (POST ``{"pods", "cpu"}`` sets
+the namespace's ResourceQuota, DELETE drops it), ``pods/{ns}`` (store a pod of "another
 workload" without going through plans, gates or request counts). These routes are not
 part of the Kubernetes API and are never counted as API requests.
 
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from standin.admission import PodQuota, cpu_millis
 from standin.events import EventLog
 from standin.gates import Gate, GateRegistry
 from standin.plans import PlanRegistry
@@ -69,12 +71,30 @@ def add_routes(app: web.Application, cluster: ControlledCluster) -> None:
                 name_prefix=body.get("name_prefix"),
                 label_selector=body.get("label_selector"),
                 times=body.get("times", 1),
+                retry_after_s=int(body.get("retry_after_s", 1)),
             )
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
         return web.json_response(
             {"verb": plan.verb, "action": plan.action, "times": plan.times}, status=201
         )
+
+    async def set_quota(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            quota = PodQuota(
+                str(body.get("name") or "sandbox-quota"),
+                pods=None if body.get("pods") is None else int(body["pods"]),
+                cpu_millis=None if body.get("cpu") is None else cpu_millis(body["cpu"]),
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        cluster.api.quotas[request.match_info["ns"]] = quota
+        return web.json_response({"name": quota.name, "pods": quota.pods}, status=201)
+
+    async def clear_quota(request: web.Request) -> web.Response:
+        cluster.api.quotas.pop(request.match_info["ns"], None)
+        return web.json_response({"cleared": True})
 
     async def clear_plans(request: web.Request) -> web.Response:
         cluster.plans.clear()
@@ -151,3 +171,5 @@ def add_routes(app: web.Application, cluster: ControlledCluster) -> None:
     r.add_post("/_standin/close-watches", close_watches)
     r.add_post("/_standin/advance", advance)
     r.add_post("/_standin/pods/{ns}", put_pod)
+    r.add_post("/_standin/quota/{ns}", set_quota)
+    r.add_delete("/_standin/quota/{ns}", clear_quota)

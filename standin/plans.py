@@ -7,7 +7,11 @@ label selector or a predicate). The stand-in consults plans at fixed points, aft
 
 create: ``403`` (nothing stored), ``409`` (answer AlreadyExists, nothing stored),
     ``500_before_store``, ``504_after_store``, ``reset_before_store``,
-    ``reset_after_store`` (the reply is lost: connection aborted).
+    ``reset_after_store`` (the reply is lost: connection aborted), ``429`` (API Priority
+    and Fairness sheds it: nothing stored, ``Retry-After``), ``webhook_timeout`` (a
+    validating admission webhook timed out: 500, nothing stored).
+list, watch: ``429`` (shed before any item is read; ``Retry-After: retry_after_s``);
+    watch: ``drop`` (the stream's connection breaks after its initial events).
 delete: ``500_not_applied``, ``reset_after_apply`` (applied, reply lost),
     ``hang_not_applied`` / ``hang_after_apply`` (no answer until the client gives up).
 pod: ``fail_start`` (phase Failed while starting), ``never_ready`` (Running, never Ready).
@@ -33,8 +37,12 @@ ACTIONS: dict[str, frozenset[str]] = {
             "504_after_store",
             "reset_before_store",
             "reset_after_store",
+            "429",
+            "webhook_timeout",
         }
     ),
+    "list": frozenset({"429"}),
+    "watch": frozenset({"429", "drop"}),
     "delete": frozenset(
         {"500_not_applied", "reset_after_apply", "hang_not_applied", "hang_after_apply"}
     ),
@@ -50,6 +58,7 @@ class Plan:
     selector: tuple[Requirement, ...] = ()
     predicate: Callable[[str, Mapping[str, str]], bool] | None = None
     times: int | None = 1
+    retry_after_s: int = 1  # the Retry-After of a ``429`` answer
     fired: int = 0
     names: list[str] = field(default_factory=list)
 
@@ -81,6 +90,7 @@ class PlanRegistry:
         label_selector: str | None = None,
         predicate: Callable[[str, Mapping[str, str]], bool] | None = None,
         times: int | None = 1,
+        retry_after_s: int = 1,
     ) -> Plan:
         if action not in ACTIONS.get(verb, frozenset()):
             raise ValueError(f"unknown plan {verb}/{action}; known: {ACTIONS}")
@@ -91,6 +101,7 @@ class PlanRegistry:
             selector=parse_label_selector(label_selector),
             predicate=predicate,
             times=times,
+            retry_after_s=retry_after_s,
         )
         with self._lock:
             self._plans.append(plan)
@@ -100,13 +111,20 @@ class PlanRegistry:
         self, verb: str, name: str, labels: Mapping[str, str] | None, actions: frozenset[str]
     ) -> str | None:
         """Fire the first live plan for this call among ``actions``; return its action."""
+        plan = self.take_plan(verb, name, labels, actions)
+        return None if plan is None else plan.action
+
+    def take_plan(
+        self, verb: str, name: str, labels: Mapping[str, str] | None, actions: frozenset[str]
+    ) -> Plan | None:
+        """Like :meth:`take`, but the plan itself (its ``retry_after_s``, say)."""
         with self._lock:
             for plan in self._plans:
                 if plan.verb == verb and plan.action in actions:
                     if plan.applies(name, labels or {}):
                         plan.fired += 1
                         plan.names.append(name)
-                        return plan.action
+                        return plan
         return None
 
     def peek(self, verb: str, name: str, labels: Mapping[str, str] | None, action: str) -> bool:

@@ -20,9 +20,11 @@ from typing import Any
 
 from aiohttp import web
 
+from standin import admission
 from standin import keys as K
 from standin.gates import GateContext, GateRegistry
 from standin.kubelet import prepare_pod
+from standin.paging import BadToken, Expired, Pager
 from standin.patching import json_patch, merge_patch
 from standin.plans import ACTIONS, PlanRegistry
 from standin.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -63,6 +65,8 @@ class ApiServer:
         self.gone_mode = gone_mode
         self.bookmark_interval_s = bookmark_interval_s
         self._hanging: set[asyncio.Future[None]] = set()
+        self.pager = Pager()
+        self.quotas: dict[str, admission.PodQuota] = {}  # namespace -> its ResourceQuota
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -142,17 +146,34 @@ class ApiServer:
             return _error(400, str(exc))
         if q.get("watch") in ("true", "1"):
             return await self._watch(request, resource, ns, labels, fields)
-        self.stats.record("list", resource, ns or "", "")
+        paging = {k: q[k] for k in ("limit", "continue") if q.get(k)}
+        self.stats.record("list", resource, ns or "", "", paging or None)
         await self.gates.hold(GateContext("list_received", "list", resource, ns or ""))
+        shed = self.plans.take_plan("list", "", None, ACTIONS["list"])
+        if shed is not None:
+            return admission.throttled_response(shed.retry_after_s)
         items, rv = self.store.list(resource, ns, labels, fields)
         _, list_kind = KINDS[resource]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if paging:
+            try:
+                limit = int(paging.get("limit") or 0)
+                page = (
+                    self.pager.next(paging["continue"], limit, self.store.compacted_rv, items, rv)
+                    if "continue" in paging
+                    else self.pager.first(items, rv, limit)
+                )
+            except (BadToken, ValueError) as exc:
+                return _error(400, str(exc))
+            except Expired as exc:
+                body = status_body(410, str(exc), reason="Expired")
+                body["metadata"] = {"continue": exc.fresh}
+                return web.json_response(body, status=410)
+            items, meta["resourceVersion"] = page.items, str(page.rv)
+            if page.token:
+                meta.update({"continue": page.token, "remainingItemCount": page.remaining})
         return web.json_response(
-            {
-                "kind": list_kind,
-                "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(rv)},
-                "items": items,
-            }
+            {"kind": list_kind, "apiVersion": "v1", "metadata": meta, "items": items}
         )
 
     async def _watch(
@@ -161,6 +182,9 @@ class ApiServer:
         q = request.query
         self.stats.record("watch", resource, ns or "", "")
         await self.gates.hold(GateContext("watch_received", "watch", resource, ns or ""))
+        shed = self.plans.take_plan("watch", "", None, ACTIONS["watch"])
+        if shed is not None and shed.action == "429":
+            return admission.throttled_response(shed.retry_after_s)
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
         watcher = Watcher(resource, ns, labels, fields, bookmarks)
@@ -181,6 +205,9 @@ class ApiServer:
             await resp.prepare(request)
             for event in initial:
                 await resp.write(json.dumps(event).encode() + b"\n")
+            if shed is not None and shed.action == "drop" and request.transport is not None:
+                request.transport.abort()  # the connection breaks mid-stream (no clean end)
+                return resp
             if live is not None:
                 await self._pump(resp, live, timeout)
             await resp.write_eof()
@@ -247,11 +274,14 @@ class ApiServer:
         await self.gates.hold(
             GateContext("create_received", "create", resource, ns, name, labels, body)
         )
-        action = (
-            self.plans.take("create", name, labels, ACTIONS["create"])
+        plan = (
+            self.plans.take_plan("create", name, labels, ACTIONS["create"])
             if resource == "pods"
             else None
         )
+        action = plan.action if plan is not None else None
+        if plan is not None and action == "429":
+            return admission.throttled_response(plan.retry_after_s)
         if action == "403":
             return _error(
                 403, f'pods "{name}" is forbidden: failure plan', name=name, kind=resource
@@ -263,6 +293,13 @@ class ApiServer:
         if action == "reset_before_store":
             return self._reset(request)
         if resource == "pods":
+            refused = self._admit_pod(ns, name, body)
+            if refused is not None:
+                return refused
+            if action == "webhook_timeout":
+                return admission.webhook_timeout_response()
+            if request.query.get("dryRun") == "All":
+                return web.json_response(admission.dry_run_object(body, ns), status=201)
             prepare_pod(body)
             stamp = self.precise_now() if self.precise_now else None
             if stamp:
@@ -287,6 +324,17 @@ class ApiServer:
         if action == "reset_after_store":
             return self._reset(request)
         return web.json_response(stored, status=201)
+
+    def _admit_pod(self, ns: str, name: str, body: dict[str, Any]) -> web.Response | None:
+        """Validation, then the namespace's quota: the answer refusing ``body``, or None."""
+        causes = admission.validate_pod(body)
+        if causes:
+            return admission.invalid_response("Pod", name, causes)
+        quota = self.quotas.get(ns)
+        refusal = quota and quota.refusal(name, body, self.store.items("pods", ns))
+        if refusal:
+            return _error(403, refusal, reason="Forbidden", name=name, kind="pods")
+        return None
 
     async def patch(self, request: web.Request) -> web.StreamResponse:
         resource = self._resource(request)

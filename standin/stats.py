@@ -20,12 +20,27 @@ class RequestStats:
         self.log: list[dict[str, Any]] = []
         self.watching = 0
 
-    def record(self, verb: str, resource: str, namespace: str, name: str) -> None:
+    def record(
+        self,
+        verb: str,
+        resource: str,
+        namespace: str,
+        name: str,
+        query: dict[str, str] | None = None,
+    ) -> None:
+        """Count one request; ``query`` (e.g. a list's ``limit``/``continue``) joins its log
+        entry only when given, so entries of other requests keep their four keys."""
+        entry: dict[str, Any] = {
+            "verb": verb,
+            "resource": resource,
+            "namespace": namespace,
+            "name": name,
+        }
+        if query:
+            entry["query"] = dict(query)
         with self._cond:
             self.counts[(verb, resource)] += 1
-            self.log.append(
-                {"verb": verb, "resource": resource, "namespace": namespace, "name": name}
-            )
+            self.log.append(entry)
 
     def watch_opened(self) -> None:
         with self._cond:

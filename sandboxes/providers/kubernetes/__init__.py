@@ -6,7 +6,8 @@ the API client builder), ``manifest`` (the pod), ``calls`` (the executor of clie
 background tasks), ``informer`` (the one list+watch and pod facts from raw JSON),
 ``readiness`` (the tracker behind ``wait_ready``), ``creator`` (create and its ambiguous
 outcomes), ``deleter`` (deletes and the pending set), ``anchors`` (owners and per-job
-anchors), ``listing`` (``list_owned``), ``health`` (execd's health: the one execd call),
+anchors), ``listing`` (``list_owned``), ``paging`` (lists in pages), ``retry`` (which
+refusals are sent again, and when), ``health`` (execd's health: the one execd call),
 ``provider`` (the facade).
 
 Rule a reader must not break: nothing above ``providers/`` imports a module of this

@@ -51,6 +51,11 @@ class KubernetesConfig:
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 30.0
     retry_pending_in_background: bool = True
+    list_page_size: int = 500  # ``limit`` of every list; 0 = one unpaged list
+    list_restarts: int = 3  # a continue token expired mid-list restarts the list this often
+    retry_after_max_s: float = 30.0  # a 429's Retry-After is honoured up to this
+    throttle_attempts: int = 8  # sends of one create / list page while answered 429
+    quota_attempts: int = 6  # sends of one create while its quota is exceeded (403)
 
 
 def config_from_settings(settings: Any) -> KubernetesConfig:

@@ -7,9 +7,13 @@ Rules a reader must not break (paper §4.4, Appendix F, Table 2 rows 1 and 2):
   for the answer and deletes whatever got stored, holding it in its pending set meanwhile.
 * After a 5xx or a transport error the pod is read back by name and deleted with a UID
   precondition only if it carries this create's nonce; then ``ProviderAmbiguous`` with
-  the identity in ``extra``. A 403 or another 4xx sends no read and no delete. A 409 reads
-  the holder: our nonce means an earlier attempt of this very create (adopted), any other
-  is ``ProviderConflict`` and the pod is left alone.
+  the identity and the HTTP status in ``extra``. A 403 or another 4xx sends no read and no
+  delete. A 409 reads the holder: our nonce means an earlier attempt of this very create
+  (adopted), any other is ``ProviderConflict`` and the pod is left alone.
+* A 429 (shed, nothing stored) is sent again with the same name and nonce after its
+  ``Retry-After``, an exceeded-quota 403 after a backoff (``retry.py`` decides both; the
+  wait is the provider's injected ``sleep``, on the loop, between work items). A 422 is
+  final: ``ProviderInvalid`` naming the refused fields.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +41,18 @@ from sandboxes.providers.kubernetes.deleter import (
     Unconfirmed,
 )
 from sandboxes.providers.kubernetes.manifest import build_pod_manifest
+from sandboxes.providers.kubernetes.retry import (
+    RetryPolicy,
+    invalid_fields,
+    is_quota_exceeded,
+    status_body,
+)
 from sandman_site.errors import (
     ProviderAmbiguous,
     ProviderConflict,
     ProviderError,
     ProviderForbidden,
+    ProviderInvalid,
 )
 
 log = logging.getLogger(__name__)
@@ -57,6 +68,7 @@ class CreateOutcome:
     deleted: tuple[str, str] | None = None
     stored_at: float = 0.0  # time.monotonic() when the API confirmed the pod stored
     version: str = ""  # the pod's resourceVersion in that answer
+    retry_in: float | None = None  # refused with nothing stored: send again after this
 
 
 def _meta(obj: client.V1Pod) -> client.V1ObjectMeta:
@@ -90,18 +102,34 @@ class PodCreator:
         hooks: DeleteHooks,
         ensure_started: Callable[[], object],
         note_stored: Callable[[str, str, float, str], None],
+        retry: RetryPolicy,
+        sleep: Callable[[float], Awaitable[None]],
     ) -> None:
         self._core, self._config, self._backend = core, config, backend
         self._calls, self._background = calls, background
         self._deleter, self._hooks = deleter, hooks
         self._ensure_started = ensure_started
         self._note_stored = note_stored
+        self._retry, self._sleep = retry, sleep
 
     async def create(self, spec: SandboxSpec) -> Handle:
         self._ensure_started()
         manifest = build_pod_manifest(spec, self._config)
+        attempt = 1
+        while True:
+            outcome = await self._send(manifest, spec, attempt)
+            if outcome.retry_in is None:
+                return self._finish(outcome)
+            # Nothing was stored: cancelled while waiting, there is nothing to clean up.
+            await self._sleep(outcome.retry_in)
+            attempt += 1
+
+    async def _send(self, manifest: client.V1Pod, spec: SandboxSpec, attempt: int) -> CreateOutcome:
+        """One send of the create, run to settlement even if the caller is cancelled."""
         abandoned = threading.Event()
-        work = self._calls.submit("create", spec.name, self._create_sync, manifest, spec, abandoned)
+        work = self._calls.submit(
+            "create", spec.name, self._create_sync, manifest, spec, abandoned, attempt
+        )
         answer = asyncio.wrap_future(work)
         try:
             outcome = await asyncio.shield(answer)
@@ -113,7 +141,7 @@ class PodCreator:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(cleanup)  # a second cancel leaves it to our task
             raise
-        return self._finish(outcome)
+        return outcome
 
     def _finish(self, outcome: CreateOutcome) -> Handle:
         if outcome.pending is not None:
@@ -146,11 +174,10 @@ class PodCreator:
             log.warning("abandoned pod %s stays pending deletion", handle.name, exc_info=True)
 
     def _create_sync(
-        self, manifest: client.V1Pod, spec: SandboxSpec, abandoned: threading.Event
+        self, manifest: client.V1Pod, spec: SandboxSpec, abandoned: threading.Event, attempt: int
     ) -> CreateOutcome:
         if abandoned.is_set():
             return CreateOutcome()
-        extra = {"name": spec.name, "nonce": spec.nonce, "namespace": self._config.namespace}
         try:
             pod = self._core.create_namespaced_pod(
                 self._config.namespace, manifest, _request_timeout=self._config.request_timeout_s
@@ -160,15 +187,10 @@ class PodCreator:
             if status == 409:
                 return self._conflict_sync(spec, exc)
             if 400 <= status < 500:
-                cls = ProviderForbidden if status == 403 else ProviderError
-                return CreateOutcome(
-                    error=_err(
-                        cls,
-                        f"create of pod {spec.name} refused: {describe(exc)}",
-                        {**extra, "status": status},
-                        exc,
-                    )
-                )
+                delay = self._retry.create_delay(exc, attempt)
+                if delay is not None:
+                    return CreateOutcome(retry_in=delay)
+                return CreateOutcome(error=self._refused(spec, exc, attempt))
             return self._reclaim_sync(spec, exc)
         except TRANSPORT_ERRORS as exc:
             return self._reclaim_sync(spec, exc)
@@ -178,6 +200,33 @@ class PodCreator:
             stored_at=time.monotonic(),
             version=meta.resource_version or "",
         )
+
+    def _refused(self, spec: SandboxSpec, exc: ApiException, attempts: int) -> ProviderError:
+        """A final 4xx: nothing stored, nothing to read back or delete."""
+        status = exc.status or 0
+        extra: dict[str, Any] = {
+            "name": spec.name,
+            "nonce": spec.nonce,
+            "namespace": self._config.namespace,
+            "status": status,
+            "attempts": attempts,
+        }
+        server_says = str(status_body(exc).get("message") or "")
+        fields = invalid_fields(exc) if status == 422 else []
+        if status == 422:
+            extra["fields"] = fields
+            return _err(
+                ProviderInvalid,
+                f"pod {spec.name} is invalid ({', '.join(fields) or 'no field named'}): "
+                f"{server_says}",
+                extra,
+                exc,
+            )
+        if status == 403:
+            extra["quota_exceeded"] = is_quota_exceeded(exc)
+        cls = ProviderForbidden if status == 403 else ProviderError
+        message = f"create of pod {spec.name} refused ({describe(exc)}): {server_says}"
+        return _err(cls, message, extra, exc)
 
     def _conflict_sync(self, spec: SandboxSpec, exc: ApiException) -> CreateOutcome:
         extra: dict[str, Any] = {"name": spec.name, "nonce": spec.nonce, "status": 409}
@@ -213,6 +262,9 @@ class PodCreator:
             "nonce": spec.nonce,
             "namespace": self._config.namespace,
             "cause": describe(cause),
+            # The API server's HTTP status (0 for a transport error): the create-error
+            # detector counts the 5xx among the recorded create outcomes.
+            "status": (cause.status or 0) if isinstance(cause, ApiException) else 0,
         }
         message = f"create of pod {spec.name} ended ambiguously ({describe(cause)})"
         read_error: BaseException

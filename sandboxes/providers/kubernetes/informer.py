@@ -1,8 +1,10 @@
 """Kubernetes backend: readiness facts from raw pod JSON and the pod informer.
 
 Readiness comes from ONE list+watch of Sandman's pods in the namespace (an informer-style
-cache), never from one poll loop per pod. :class:`PodInformer` lists, then watches from the
-list's ``resourceVersion``; a 410 (history compacted) lists again. It runs in its own thread
+cache), never from one poll loop per pod. :class:`PodInformer` lists (in pages,
+``paging.py``), then watches from the list's ``resourceVersion``; a watch that ends, breaks
+or is answered 429 (after its ``Retry-After``) is watched again from the last version it
+delivered, and only a 410 (history compacted) lists again. It runs in its own thread
 (the watch blocks) and hands every change to the owning event loop with
 ``call_soon_threadsafe``: its callbacks run only on that loop.
 
@@ -35,6 +37,8 @@ from sandboxes.providers.kubernetes.config import (
     KubernetesConfig,
     describe,
 )
+from sandboxes.providers.kubernetes.paging import PodPages, checked
+from sandboxes.providers.kubernetes.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -131,18 +135,8 @@ def ready_info(pod: Pod, config: KubernetesConfig) -> ReadyInfo:
 
 
 # --- the informer: one list+watch, run in its own thread ---------------------------------
-def _raw(resp: Any) -> Any:
-    """Check a ``_preload_content=False`` answer's status like the client would."""
-    status = getattr(resp, "status", 200)
-    if not 200 <= status <= 299:
-        body = resp.data.decode("utf-8", "replace") if hasattr(resp, "data") else ""
-        resp.release_conn()
-        raise ApiException(status=status, reason=getattr(resp, "reason", ""), body=body)
-    return resp
-
-
 class PodInformer:
-    """Lists Sandman's pods, then watches from the list's version; 410 -> list again.
+    """Lists Sandman's pods, then watches from the last version seen; 410 -> list again.
 
     Runs in a dedicated thread (the watch blocks) and hands every change to the owning
     event loop with ``call_soon_threadsafe``; the callbacks run only on that loop. Events
@@ -162,9 +156,13 @@ class PodInformer:
         self._stop = threading.Event()
         self._resp: Any = None
         self._thread = threading.Thread(target=self._run, name="sandman-pod-informer", daemon=True)
+        self._retry = RetryPolicy(config, lambda n: 0.0)
+        self._pages = PodPages(core, config, self._retry, self._stop.wait)
+        self._version: str | None = None  # None: list (again) before the next watch
         self.lists = 0
         self.watches = 0
         self.relists_after_gone = 0
+        self.retry_after_waits: list[float] = []  # each 429's honoured Retry-After
 
     def start(self) -> None:
         self._thread.start()
@@ -192,46 +190,47 @@ class PodInformer:
             self._stop.set()
 
     def _run(self) -> None:
+        """List once, then watch from the last version seen, for as long as we run.
+
+        As client-go's reflector: a watch that ends, breaks or is shed (429) is re-watched
+        from the last resourceVersion it delivered; only a 410 (that version compacted
+        away) lists again. A failed list is listed again after a backoff.
+        """
         failures = 0
         while not self._stop.is_set():
             try:
-                self._list_then_watch()
+                if self._version is None:
+                    self._list()
+                self._watch_once(self._version or "")
                 failures = 0
+                continue
             except ApiException as exc:
                 if exc.status == 410:
                     self.relists_after_gone += 1
+                    self._version = None
                     continue
                 failures += 1
-                log.warning("pod informer: %s; listing again", describe(exc))
+                delay = self._retry.watch_delay(exc, failures)
+                if exc.status == 429:
+                    self.retry_after_waits.append(delay)
+                log.warning("pod informer: %s; again in %.1f s", describe(exc), delay)
             except (*TRANSPORT_ERRORS, ValueError) as exc:
                 if self._stop.is_set():
                     break
                 failures += 1
-                log.warning("pod informer: %s; listing again", describe(exc))
-            cfg = self._config
-            delay = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(failures, 5))
-            self._stop.wait(delay if failures else 0)
+                delay = self._retry.watch_delay(exc, failures)
+                log.warning("pod informer: %s; again in %.1f s", describe(exc), delay)
+            self._stop.wait(delay)
 
-    def _list_then_watch(self) -> None:
-        cfg = self._config
+    def _list(self) -> None:
         started = time.monotonic()
-        resp = _raw(
-            self._core.list_namespaced_pod(
-                cfg.namespace,
-                label_selector=SELECTOR,
-                _request_timeout=cfg.request_timeout_s,
-                _preload_content=False,
-            )
-        )
-        listed = json.loads(resp.data)
+        items, version = self._pages.list_all()
         self.lists += 1
-        version = listed["metadata"]["resourceVersion"]
-        self._post(self._on_sync, listed.get("items") or [], started, version)
-        while not self._stop.is_set():
-            version = self._watch_once(version)
+        self._version = version
+        self._post(self._on_sync, items, started, version)
 
-    def _watch_once(self, version: str) -> str:
-        """One watch stream from ``version``; returns the last version seen."""
+    def _watch_once(self, version: str) -> None:
+        """One watch stream from ``version``; ``_version`` follows every event delivered."""
         cfg = self._config
         self.watches += 1
         # With _preload_content=False the answer is urllib3's response, not a V1PodList.
@@ -247,7 +246,7 @@ class PodInformer:
         )
         self._resp = resp
         try:
-            _raw(resp)
+            checked(resp)
             for line in watch.watch.iter_resp_lines(resp):
                 if not line.strip():
                     continue
@@ -255,7 +254,7 @@ class PodInformer:
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
-                version = pod_meta(obj).get("resourceVersion") or version
+                self._version = pod_meta(obj).get("resourceVersion") or self._version
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._post(self._on_event, kind, obj)
                 if self._stop.is_set():
@@ -263,4 +262,3 @@ class PodInformer:
         finally:
             self._resp = None
             resp.release_conn()
-        return version

@@ -8,7 +8,8 @@ uses, and forwards the ``Provider`` calls to them:
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
 * ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
-* ``listing.PodLister`` -- ``list_owned``;
+* ``listing.PodLister`` -- ``list_owned`` (paged, ``paging.PodPages``);
+* ``retry.RetryPolicy`` -- which refusals are sent again (429, exceeded quota) and when;
 * ``health.ExecdHealth`` -- the one place this backend calls execd.
 
 Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
@@ -46,6 +47,7 @@ from sandboxes.providers.kubernetes.health import ExecdHealth
 from sandboxes.providers.kubernetes.informer import PodInformer
 from sandboxes.providers.kubernetes.listing import PodLister
 from sandboxes.providers.kubernetes.readiness import ReadinessTracker
+from sandboxes.providers.kubernetes.retry import RetryPolicy
 from sandman_site.errors import ProviderError
 
 
@@ -101,6 +103,8 @@ class KubernetesProvider:
             hooks=hooks,
             ensure_started=start,
             note_stored=self._readiness.note_stored,
+            retry=RetryPolicy(cfg, backoff),
+            sleep=sleep,
         )
         self._anchors = Anchors(
             core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
