@@ -8,6 +8,11 @@ Rules a reader must not break (docs/architecture.md §4):
   so neither execd's environment nor its commands inherit it.
 * execd comes from the carrier (init container -> ``emptyDir`` mounted read-only) and is
   started with ``python3 -I -c <runpy launcher>``, leaving the task's ``PYTHONPATH`` alone.
+* execd listens on the pod's IP (``--host "$POD_IP"``, ``POD_IP`` from the downward API's
+  ``status.podIP``) at ``execd_port``, the port the container port and the readiness probe
+  name: the kubelet's probe and the trainers connect to podIP:port, and execd's default
+  host, 127.0.0.1, is not reachable there. Not 0.0.0.0: that would also expose execd on
+  every other address of the pod, its loopback included.
 """
 
 from __future__ import annotations
@@ -58,13 +63,19 @@ def execd_launcher(carrier_path: str) -> str:
     )
 
 
+POD_IP_ENV = "POD_IP"
+
+
 def boot_command(config: KubernetesConfig) -> str:
-    """The main container's shell: token env -> 0600 file, scrub, exec execd (which unlinks it)."""
+    """The main container's shell: token env -> 0600 file, scrub, exec execd (which unlinks it)
+    on the pod's IP. ``$POD_IP`` is the shell's, like the token's variable (``:?`` stops the
+    boot if it is unset), not a kubelet ``$(VAR)``: in a ``sh -c`` script that would read as
+    command substitution everywhere but on a kubelet."""
     token = f"{config.token_dir}/token"
     launcher = shlex.quote(execd_launcher(config.carrier_path))
     return (
         f'umask 077 && printf %s "${L.EXECD_TOKEN_ENV}" > {token} && unset {L.EXECD_TOKEN_ENV} && '
-        f"exec python3 -I -c {launcher} --port {config.execd_port} "
+        f'exec python3 -I -c {launcher} --host "${{{POD_IP_ENV}:?}}" --port {config.execd_port} '
         f"--token-file {token} --unlink-token-file --workspace {config.workspace}"
     )
 
@@ -111,7 +122,15 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
         image=spec.image,
         image_pull_policy=config.image_pull_policy,
         command=["sh", "-c", boot_command(config)],
-        env=[client.V1EnvVar(name=L.EXECD_TOKEN_ENV, value=spec.token)],
+        env=[
+            client.V1EnvVar(name=L.EXECD_TOKEN_ENV, value=spec.token),
+            client.V1EnvVar(
+                name=POD_IP_ENV,
+                value_from=client.V1EnvVarSource(
+                    field_ref=client.V1ObjectFieldSelector(field_path="status.podIP")
+                ),
+            ),
+        ],
         ports=[
             client.V1ContainerPort(name="execd", container_port=config.execd_port, protocol="TCP")
         ],

@@ -140,12 +140,17 @@ def test_pod_manifest_labels_nonce_owner_and_read_only_execd() -> None:
 def test_token_travels_only_in_an_env_var_that_the_boot_command_scrubs() -> None:
     pod = build_pod_manifest(spec("sb-1"), KubernetesConfig())
     main = pod.spec.containers[0]
-    assert [(e.name, e.value) for e in main.env] == [(L.EXECD_TOKEN_ENV, "token-sb-1")]
+    assert [(e.name, e.value) for e in main.env] == [
+        (L.EXECD_TOKEN_ENV, "token-sb-1"),
+        ("POD_IP", None),
+    ]
+    assert main.env[1].value_from.field_ref.field_path == "status.podIP"
     text = json.dumps([main.command, main.args, pod.metadata.labels, pod.metadata.annotations])
     assert "token-sb-1" not in text
     boot = main.command[2]
     assert boot.index(f"unset {L.EXECD_TOKEN_ENV}") < boot.index("exec python3 -I -c")
     assert "--token-file /var/run/sandman/token" in boot and "--port 8700" in boot
+    assert '--host "${POD_IP:?}"' in boot  # the pod's IP, where the probe and trainers go
 
 
 def test_boot_command_writes_a_private_token_file_and_hides_the_variable(tmp_path: Path) -> None:
@@ -161,6 +166,7 @@ def test_boot_command_writes_a_private_token_file_and_hides_the_variable(tmp_pat
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         L.EXECD_TOKEN_ENV: "s3cret",
         "PYTHONPATH": "/testbed/src",  # the task image's own, a run condition
+        "POD_IP": "127.9.8.7",  # from the downward API on a kubelet
     }
     subprocess.run(["sh", "-c", boot_command(config)], env=env, check=True, timeout=30)
     token_file = run_dir / "token"
@@ -171,6 +177,7 @@ def test_boot_command_writes_a_private_token_file_and_hides_the_variable(tmp_pat
     assert "PYTHONPATH=/testbed/src\n" in seen_env
     argv = (tmp_path / "argv.txt").read_text()
     assert f"--token-file {token_file}" in argv and str(tmp_path / "carrier") in argv
+    assert "--host 127.9.8.7 --port 8700" in argv
 
 
 def test_the_launcher_runs_execd_from_the_carrier_without_pythonpath(tmp_path: Path) -> None:
@@ -645,10 +652,6 @@ async def test_close_stops_the_watch_and_the_threads(
 
 
 # --- a real execd per pod ---------------------------------------------------------------------
-EXECD_ON_LOOPBACK = "the boot command starts execd without --host: it binds 127.0.0.1, not podIP"
-
-
-@pytest.mark.xfail(strict=True, reason=EXECD_ON_LOOPBACK)
 @pytest.mark.asyncio
 async def test_each_pod_becomes_ready_and_answers_at_its_own_pod_ip(
     make_cluster: MakeCluster, make_provider: MakeProvider
@@ -672,7 +675,6 @@ async def test_each_pod_becomes_ready_and_answers_at_its_own_pod_ip(
         await provider.destroy(handle)
 
 
-@pytest.mark.xfail(strict=True, reason=EXECD_ON_LOOPBACK)
 @pytest.mark.asyncio
 async def test_run_execd_end_to_end(make_cluster: MakeCluster, make_provider: MakeProvider) -> None:
     if not (REPO / "execd" / "__main__.py").exists():
