@@ -257,6 +257,9 @@ class StandinCluster:
     def configmaps(self, namespace: str | None = None) -> list[dict[str, Any]]:
         return self._call(lambda: _copy(list(self.store.items("configmaps", namespace))))
 
+    def secrets(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self._call(lambda: _copy(list(self.store.items("secrets", namespace))))
+
     def nodes(self) -> list[dict[str, Any]]:
         return self._call(self._nodes)
 

@@ -315,7 +315,8 @@ class Kubelet:
         if s is None or self._current(s) is None:
             return
         tail = self.execd.stderr_of(key)[-500:].strip() if self.execd is not None else ""
-        self._fail(s, "Error", f"container sandbox exited with code {code}: {tail}".rstrip(": "))
+        message = f"container sandbox exited with code {code}: {tail}".rstrip(": ")
+        self._fail(s, "Completed" if code == 0 else "Error", message, code)
 
     def _mark_running(self, s: PodSim) -> None:
         stamp, when = self._stamp(), self._when()
@@ -396,16 +397,22 @@ class Kubelet:
         except (aiohttp.ClientError, TimeoutError, OSError):
             return False
 
-    def _fail(self, s: PodSim, reason: str, message: str) -> None:
+    def _fail(self, s: PodSim, reason: str, message: str, code: int = 1) -> None:
+        """The pod ends: phase Failed, or Succeeded when its container exited with 0."""
         when = self._when()
 
         def failed(p: Obj) -> None:
             mark_failed(p, when, reason, message)
+            if code != 1:
+                terminated = p["status"]["containerStatuses"][0]["state"]["terminated"]
+                terminated["exitCode"] = code
+            if code == 0:
+                p["status"]["phase"] = "Succeeded"
 
         pod = self._update(s, failed)
         s.done = True
         self.scheduler.release(s.node, s.uid)
-        if pod is not None:
+        if pod is not None and code != 0:
             self.events.add("Failed", pod, message, type="Warning", node=s.node)
 
     async def close(self) -> None:
