@@ -9,6 +9,7 @@ the sentinel of another tenant (paper Appendix F, Table A21).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import stat
@@ -30,7 +31,7 @@ from sandboxes.providers.kubernetes import (
     boot_command,
     build_pod_manifest,
 )
-from sandboxes.tests.providers.conftest import NS, spec
+from sandboxes.tests.providers.conftest import JOB_KEY, NS, spec
 from sandman_site.errors import (
     ProviderAmbiguous,
     ProviderConflict,
@@ -141,12 +142,12 @@ def test_token_travels_only_in_an_env_var_that_the_boot_command_scrubs() -> None
     pod = build_pod_manifest(spec("sb-1"), KubernetesConfig())
     main = pod.spec.containers[0]
     assert [(e.name, e.value) for e in main.env] == [
-        (L.EXECD_TOKEN_ENV, "token-sb-1"),
+        (L.EXECD_TOKEN_ENV, spec("sb-1").token),
         ("POD_IP", None),
     ]
     assert main.env[1].value_from.field_ref.field_path == "status.podIP"
     text = json.dumps([main.command, main.args, pod.metadata.labels, pod.metadata.annotations])
-    assert "token-sb-1" not in text
+    assert spec("sb-1").token not in text
     boot = main.command[2]
     assert boot.index(f"unset {L.EXECD_TOKEN_ENV}") < boot.index("exec python3 -I -c")
     assert "--token-file /var/run/sandman/token" in boot and "--port 8700" in boot
@@ -668,11 +669,46 @@ async def test_each_pod_becomes_ready_and_answers_at_its_own_pod_ip(
     assert [info.address for info in infos] == [f"{ip}:8700" for ip in ips]
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         for handle, info in zip(handles, infos, strict=True):
-            assert await provider.health(handle, info.address, f"token-{handle.name}")
+            assert await provider.health(handle, info.address, spec(handle.name).token)
             async with http.get(f"http://{info.address}/health") as resp:
                 assert resp.status == 200 and (await resp.json())["ok"] is True
     for handle in handles:
         await provider.destroy(handle)
+
+
+TOKEN_IN_POD = "the per-sandbox token is a plain env value in the pod spec"
+
+
+@pytest.mark.xfail(strict=True, reason=TOKEN_IN_POD)
+@pytest.mark.asyncio
+async def test_no_token_or_key_is_in_the_pod_and_its_execd_derives_the_token(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """Issue 9 item 2: anyone who can read pods must not read a credential. The token is
+    HMAC-SHA256(job key, pod name): execd derives it from the job's Secret, which only the
+    init container mounts; a token for another sandbox of the same job is refused."""
+    cluster = make_cluster(nodes=1, run_execd=True)
+    provider = make_provider(cluster, verify_health=True)
+    one = spec("sb-1")
+    handle = await provider.create(one)
+    info = await provider.wait_ready(handle, 30)
+    stored = json.dumps(cluster.pod(NS, "sb-1"))
+    raw = provider.core.read_namespaced_pod("sb-1", NS, _preload_content=False).data.decode()
+    for text in (stored, raw):
+        assert one.token not in text and JOB_KEY not in text
+    (secret,) = cluster.secrets(NS)
+    assert secret["metadata"]["name"] == "sandman-job-7-execd"
+    assert secret["metadata"]["labels"][L.JOB] == "7"
+    assert base64.b64decode(secret["data"]["key"]).decode() == JOB_KEY
+    assert await provider.health(handle, info.address, one.token)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        for token, status in ((one.token, 200), (spec("sb-2").token, 401), (JOB_KEY, 401)):
+            auth = {"Authorization": f"Bearer {token}"}
+            async with http.post(
+                f"http://{info.address}/exec", json={"command": "true"}, headers=auth
+            ) as resp:
+                assert resp.status == status
+    await provider.destroy(handle)
 
 
 @pytest.mark.asyncio
@@ -681,13 +717,14 @@ async def test_run_execd_end_to_end(make_cluster: MakeCluster, make_provider: Ma
         pytest.skip("execd/__main__.py does not exist yet (python3 -m execd is being built)")
     cluster = make_cluster(nodes=1, run_execd=True)
     provider = make_provider(cluster, verify_health=True)
-    handle = await provider.create(spec("sb-1"))
+    one = spec("sb-1")
+    handle = await provider.create(one)
     info = await provider.wait_ready(handle, 60)
     host, port = info.address.rsplit(":", 1)
     pod_ip = cluster.pod(NS, "sb-1")["status"]["podIP"]  # type: ignore[index]
     assert host == pod_ip != "127.0.0.1" and int(port) == 8700
-    assert await provider.health(handle, info.address, "token-sb-1")
-    auth = {"Authorization": "Bearer token-sb-1"}
+    assert await provider.health(handle, info.address, one.token)
+    auth = {"Authorization": f"Bearer {one.token}"}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         async with http.get(f"http://{info.address}/health") as resp:
             assert resp.status == 200 and (await resp.json())["ok"] is True
@@ -697,7 +734,7 @@ async def test_run_execd_end_to_end(make_cluster: MakeCluster, make_provider: Ma
             assert resp.status == 200
             result = await resp.json()
         assert result["exit_code"] == 0 and result["output"].startswith("hi")
-        assert "token-sb-1" not in result["output"] and L.EXECD_TOKEN_ENV not in result["output"]
+        assert one.token not in result["output"] and L.EXECD_TOKEN_ENV not in result["output"]
         if "PYTHONPATH" not in os.environ:  # the carrier's path does not leak into commands
             assert "PYTHONPATH=" not in result["output"]
         async with http.post(f"http://{info.address}/exec", json={"command": "true"}) as resp:
