@@ -311,7 +311,6 @@ def test_pods_name_the_jobs_anchor_created_once_and_deleted_after_the_drain(back
     assert backend.cluster.pods(NS) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the per-sandbox token is a plain env value in the pod")
 @pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
 def test_the_acquired_token_works_and_no_token_or_key_is_in_the_pod(backend):
     """Issue 9 item 2: the acquire answer's token (HMAC of the sandbox's name under the job's

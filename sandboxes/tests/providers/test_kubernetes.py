@@ -12,7 +12,6 @@ import asyncio
 import base64
 import json
 import os
-import stat
 import subprocess
 import sys
 import types
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from kubernetes import client
 
 from sandboxes import labels as L
 from sandboxes.providers.base import Handle, Provider
@@ -30,6 +30,7 @@ from sandboxes.providers.kubernetes import (
     PendingDelete,
     boot_command,
     build_pod_manifest,
+    carrier_command,
 )
 from sandboxes.tests.providers.conftest import JOB_KEY, NS, spec
 from sandman_site.errors import (
@@ -138,23 +139,35 @@ def test_pod_manifest_labels_nonce_owner_and_read_only_execd() -> None:
     assert pod.spec.init_containers[0].image == KubernetesConfig().carrier_image
 
 
-def test_token_travels_only_in_an_env_var_that_the_boot_command_scrubs() -> None:
-    pod = build_pod_manifest(spec("sb-1"), KubernetesConfig())
-    main = pod.spec.containers[0]
-    assert [(e.name, e.value) for e in main.env] == [
-        (L.EXECD_TOKEN_ENV, spec("sb-1").token),
-        ("POD_IP", None),
+def test_no_token_and_no_key_is_in_the_pod_manifest() -> None:
+    """The pod names its job's Secret; only the init container mounts it; the main
+    container's env is the downward API's pod name and IP, nothing secret."""
+    one = spec("sb-1")
+    pod = build_pod_manifest(one, KubernetesConfig())
+    text = json.dumps(client.ApiClient().sanitize_for_serialization(pod))
+    assert one.token not in text and JOB_KEY not in text
+    main, carrier = pod.spec.containers[0], pod.spec.init_containers[0]
+    assert [(e.name, e.value, e.value_from.field_ref.field_path) for e in main.env] == [
+        ("POD_NAME", None, "metadata.name"),
+        ("POD_IP", None, "status.podIP"),
     ]
-    assert main.env[1].value_from.field_ref.field_path == "status.podIP"
-    text = json.dumps([main.command, main.args, pod.metadata.labels, pod.metadata.annotations])
-    assert spec("sb-1").token not in text
+    (volume,) = [v for v in pod.spec.volumes if v.secret is not None]
+    assert (volume.secret.secret_name, volume.secret.default_mode) == ("sandman-job-7-execd", 0o444)
+    assert volume.name not in {m.name for m in main.volume_mounts}
+    (mount,) = [m for m in carrier.volume_mounts if m.name == volume.name]
+    assert mount.read_only is True
+    assert carrier_command(KubernetesConfig()).endswith(
+        f"cp {mount.mount_path}/key /var/run/sandman/key"
+    )
     boot = main.command[2]
-    assert boot.index(f"unset {L.EXECD_TOKEN_ENV}") < boot.index("exec python3 -I -c")
-    assert "--token-file /var/run/sandman/token" in boot and "--port 8700" in boot
+    assert "--token-key-file /var/run/sandman/key" in boot and "--unlink-token-file" in boot
+    assert '--token-name "${POD_NAME:?}"' in boot and "--port 8700" in boot
     assert '--host "${POD_IP:?}"' in boot  # the pod's IP, where the probe and trainers go
 
 
-def test_boot_command_writes_a_private_token_file_and_hides_the_variable(tmp_path: Path) -> None:
+def test_boot_command_starts_execd_on_the_pod_ip_with_its_name_and_the_key_file(
+    tmp_path: Path,
+) -> None:
     """Run the real boot shell with a stand-in ``python3`` that records what execd would get."""
     bin_dir, run_dir = tmp_path / "bin", tmp_path / "run"
     bin_dir.mkdir()
@@ -165,20 +178,20 @@ def test_boot_command_writes_a_private_token_file_and_hides_the_variable(tmp_pat
     config = KubernetesConfig(token_dir=str(run_dir), carrier_path=str(tmp_path / "carrier"))
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
-        L.EXECD_TOKEN_ENV: "s3cret",
         "PYTHONPATH": "/testbed/src",  # the task image's own, a run condition
         "POD_IP": "127.9.8.7",  # from the downward API on a kubelet
+        "POD_NAME": "sb-1",
     }
     subprocess.run(["sh", "-c", boot_command(config)], env=env, check=True, timeout=30)
-    token_file = run_dir / "token"
-    assert token_file.read_text() == "s3cret"
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     seen_env = (tmp_path / "env.txt").read_text()
-    assert L.EXECD_TOKEN_ENV not in seen_env and "s3cret" not in seen_env
     assert "PYTHONPATH=/testbed/src\n" in seen_env
     argv = (tmp_path / "argv.txt").read_text()
-    assert f"--token-file {token_file}" in argv and str(tmp_path / "carrier") in argv
-    assert "--host 127.9.8.7 --port 8700" in argv
+    assert f"--token-key-file {run_dir}/key --token-name sb-1" in argv
+    assert str(tmp_path / "carrier") in argv and "--host 127.9.8.7 --port 8700" in argv
+    missing = subprocess.run(
+        ["sh", "-c", boot_command(config)], env={**env, "POD_NAME": ""}, timeout=30
+    )
+    assert missing.returncode != 0  # no name, no token: the boot stops
 
 
 def test_the_launcher_runs_execd_from_the_carrier_without_pythonpath(tmp_path: Path) -> None:
@@ -676,10 +689,6 @@ async def test_each_pod_becomes_ready_and_answers_at_its_own_pod_ip(
         await provider.destroy(handle)
 
 
-TOKEN_IN_POD = "the per-sandbox token is a plain env value in the pod spec"
-
-
-@pytest.mark.xfail(strict=True, reason=TOKEN_IN_POD)
 @pytest.mark.asyncio
 async def test_no_token_or_key_is_in_the_pod_and_its_execd_derives_the_token(
     make_cluster: MakeCluster, make_provider: MakeProvider
@@ -734,7 +743,7 @@ async def test_run_execd_end_to_end(make_cluster: MakeCluster, make_provider: Ma
             assert resp.status == 200
             result = await resp.json()
         assert result["exit_code"] == 0 and result["output"].startswith("hi")
-        assert one.token not in result["output"] and L.EXECD_TOKEN_ENV not in result["output"]
+        assert one.token not in result["output"] and JOB_KEY not in result["output"]
         if "PYTHONPATH" not in os.environ:  # the carrier's path does not leak into commands
             assert "PYTHONPATH=" not in result["output"]
         async with http.post(f"http://{info.address}/exec", json={"command": "true"}) as resp:
@@ -742,4 +751,3 @@ async def test_run_execd_end_to_end(make_cluster: MakeCluster, make_provider: Ma
     await provider.destroy(handle)
     cluster.run_until_idle()  # the stand-in stops (and reaps) execd when the pod goes
     assert cluster._call(lambda: cluster.execd.running()) == {}
-    assert os.environ.get(L.EXECD_TOKEN_ENV) is None
