@@ -10,7 +10,7 @@ container without a command (the image's entrypoint) is not run.
 
 ``python3`` on the container's PATH is the runtime's interpreter (``python``), through a
 symlink in a directory of the runner's own; the stand-in's images hold what
-:data:`IMAGES` says (the carrier image: execd's package at ``/carrier/execd``; every
+:meth:`ExecdRunner.images` says (the carrier image: execd's package at ``/carrier/execd``; every
 image: an empty ``/workspace``).
 
 Invariants (MACHINE-NOTES: orphans become zombies here): every container process is a
