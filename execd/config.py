@@ -1,15 +1,22 @@
 """Command-line configuration, read once at start into an immutable ``Config``.
 
-``python3 -m execd --port PORT --token-file FILE --workspace DIR [options]``.
+``python3 -m execd --port PORT --token-file FILE --workspace DIR [options]``, or
+``--token-key-file KEY --token-name NAME`` instead of ``--token-file``: the token is then
+HMAC-SHA256(key, NAME) in hex (``tokens.py``; a Kubernetes pod names itself, and the key
+is its job's).
 
 Invariant: nothing else in execd reads argv, the environment or the token
 file; the token is read here once and lives only on the ``App`` object (it is
-never exported to the shell, and its file path is not either).
+never exported to the shell, and its file path is not either). A key file is read
+here once and only the token derived from it is kept; ``--unlink-token-file``
+removes whichever file was read.
 """
 
 import argparse
 import os
 from typing import List, NamedTuple, Optional, Sequence
+
+from .tokens import derive_token
 
 DEFAULT_STATE_MAX_COPY = 1 << 20
 DEFAULT_STATE_BUDGET = 64 << 20
@@ -49,15 +56,39 @@ def _paths(text: Optional[str]) -> Optional[List[str]]:
     return [os.path.abspath(os.path.expanduser(p)) for p in parts if p]
 
 
+def _read_token(p: argparse.ArgumentParser, a: argparse.Namespace) -> str:
+    """The token from --token-file, or derived from --token-key-file and --token-name."""
+    if (a.token_file is None) == (a.token_key_file is None):
+        p.error("give exactly one of --token-file and --token-key-file")
+    if a.token_key_file is not None and not a.token_name:
+        p.error("--token-key-file needs --token-name")
+    path = a.token_file if a.token_file is not None else a.token_key_file
+    with open(path, "rb") as f:
+        content = f.read().strip()
+    if not content:
+        p.error("the token file is empty" if a.token_file else "the key file is empty")
+    if a.unlink_token_file:
+        os.unlink(path)
+    if a.token_key_file is not None:
+        return derive_token(content, a.token_name)
+    return content.decode()
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p = argparse.ArgumentParser(prog="python3 -m execd", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, required=True, help="TCP port; 0 picks a free one")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--token-file", required=True, help="file holding the bearer token")
+    p.add_argument("--token-file", help="file holding the bearer token")
+    p.add_argument(
+        "--token-key-file",
+        help="file holding the job's key; the token is HMAC-SHA256(key, --token-name), hex",
+    )
+    p.add_argument("--token-name", help="the name the token is derived for (the pod's)")
     p.add_argument(
         "--unlink-token-file",
         action="store_true",
-        help="remove the token file once read, so commands of the same user cannot read it",
+        help="remove the token (or key) file once read, so commands of the same user "
+        "cannot read it",
     )
     p.add_argument(
         "--workspace",
@@ -108,12 +139,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p.add_argument("--test-hooks", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
-    with open(a.token_file) as f:
-        token = f.read().strip()
-    if not token:
-        p.error("the token file is empty")
-    if a.unlink_token_file:
-        os.unlink(a.token_file)
+    token = _read_token(p, a)
     workspace = os.path.abspath(a.workspace)
     if not os.path.isdir(workspace):
         p.error("the workspace %s is not a directory" % workspace)

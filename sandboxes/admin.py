@@ -54,6 +54,7 @@ class JobAdmin(ReadOnlyAdmin):
     )
     list_filter = ("state", "egress", "reuse_enabled")
     search_fields = ("name", "owner__username", "trainer_pod_name")
+    exclude = ("execd_key",)  # the job's secret: its sandboxes' tokens derive from it
 
 
 @admin.register(Sandbox)

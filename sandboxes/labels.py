@@ -22,10 +22,6 @@ ANCHOR_KIND = "ConfigMap"
 # --- added for the kubernetes provider and the stand-in cluster -------------------------
 # Trainer pods carry TRAINER=true; the NetworkPolicy admits traffic to execd only from them.
 TRAINER = "sandman.dev/trainer"
-# The env var that carries a sandbox's execd token into its pod (scrubbed before execd runs).
-EXECD_TOKEN_ENV = "SANDMAN_EXECD_TOKEN"
-# Set when execd listens elsewhere than the configured port (the stand-in's --run-execd).
-EXECD_PORT_ANNOTATION = "sandman.dev/execd-port"
 # Timing stamps the stand-in cluster writes on pods (RFC 3339, microseconds). A real
 # cluster sets none; the provider then falls back to the pod's conditions.
 STANDIN_PREFIX = "standin.sandman.dev/"

@@ -8,6 +8,8 @@ through ``sandboxes.services`` only (transition maps in ``sandboxes.states``).
 
 from __future__ import annotations
 
+import secrets
+
 from django.conf import settings
 from django.db import models
 
@@ -21,8 +23,18 @@ from sandboxes.states import (
 )
 
 
+def new_execd_key() -> str:
+    """A job's execd key: 32 random bytes in hex. A sandbox's token is
+    HMAC-SHA256(key, sandbox name) (``execd/tokens.py``)."""
+    return secrets.token_hex(32)
+
+
 class Job(models.Model):
-    """A training job: the owner of one pool and of every sandbox it creates."""
+    """A training job: the owner of one pool and of every sandbox it creates.
+
+    ``execd_key`` is a secret: it is in no API answer, list, log, page or the admin (its
+    tokens are derived on the sandbox rows; on Kubernetes it travels in the job's Secret).
+    """
 
     name = models.CharField(max_length=200)
     owner = models.ForeignKey(
@@ -45,6 +57,7 @@ class Job(models.Model):
     reuse_max_uses = models.PositiveIntegerField(default=8)
     created_at = models.DateTimeField()
     drained_at = models.DateTimeField(null=True, blank=True)
+    execd_key = models.CharField(max_length=64, default=new_execd_key, editable=False)
 
     class Meta:
         indexes = [models.Index(fields=["owner", "state"])]

@@ -5,8 +5,9 @@
 writes a kubeconfig pointing at the cluster (plain HTTP on loopback, no credentials), so
 ``SANDMAN_BACKEND=kubernetes KUBECONFIG=FILE`` runs Sandman's kubernetes provider
 against it. The simulation runs in real time (``--speed`` scales it); with
-``--run-execd`` every pod that becomes Ready runs a real execd on loopback, reached at
-``status.podIP`` (127.0.0.1) and the port in its ``sandman.dev/execd-port`` annotation.
+``--run-execd`` every pod's containers run as real processes started from its spec, and
+each pod has its own loopback address (``status.podIP``, in 127.0.0.0/8, never 127.0.0.1)
+that its process must bind to be reached and to pass its readiness probe.
 
 Invariant: :func:`serve` runs the cluster on the calling thread's event loop and always
 stops it (and with it every execd child) before it returns.

@@ -170,7 +170,10 @@ class StandinCluster:
             rng=random.Random(self.seed + 1),
         )
         self.events_log = EventLog(lambda: rfc3339(self.sim.datetime(), precise=True))
-        self.scheduler = Scheduler(make_nodes(self._nodes_arg))
+        # A block of its own per cluster: parallel clusters on one host never share pod
+        # addresses (their real execds bind podIP:port).
+        pod_range = random.SystemRandom().randrange(1, 256 * 256 - 1)
+        self.scheduler = Scheduler(make_nodes(self._nodes_arg, pod_range=pod_range))
         python, pythonpath = self._execd_args
         self.execd = ExecdRunner(python=python, pythonpath=pythonpath) if self.run_execd else None
         self.kubelet = Kubelet(
@@ -253,6 +256,9 @@ class StandinCluster:
 
     def configmaps(self, namespace: str | None = None) -> list[dict[str, Any]]:
         return self._call(lambda: _copy(list(self.store.items("configmaps", namespace))))
+
+    def secrets(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self._call(lambda: _copy(list(self.store.items("secrets", namespace))))
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._call(self._nodes)

@@ -2,21 +2,15 @@
 
 The stand-in plays a cluster: it knows label selectors and the pod fields a client sends,
 not Sandman. The few keys below are the contract with whatever client drives it -- the
-env var that carries a pod's execd token, the annotation that says where a real execd
-listens, and the timing stamps its simulated kubelet writes -- so they are spelled out
-here instead of imported from the service (``standin/tests/test_isolation.py`` checks
-that they still match what Sandman's Kubernetes provider reads).
+timing stamps its simulated kubelet writes -- so they are spelled out here instead of
+imported from the service (``standin/tests/test_isolation.py`` checks that they still
+match what Sandman's Kubernetes provider reads). A real execd (``--run-execd``) is started
+from the pod's spec alone, so no key says anything about it.
 
 Never change a value here alone: the provider under test reads these names.
 """
 
 from __future__ import annotations
-
-# The container env var that carries a sandbox's execd token; the kubelet hands it to the
-# execd it runs and scrubs it from that execd's environment.
-EXECD_TOKEN_ENV = "SANDMAN_EXECD_TOKEN"
-# Written on a pod when its real execd listens elsewhere than the configured port.
-EXECD_PORT_ANNOTATION = "sandman.dev/execd-port"
 
 # Timing stamps the simulated kubelet and API server write on pods (RFC 3339,
 # microseconds). A real cluster sets none of them.

@@ -4,8 +4,16 @@ Stage order for every pod, each stage one simulation event:
 
     created -> scheduled (PodScheduled) -> address assigned (retried on failure, §5.2)
     -> image pulled or present (node cache; time from the image size, §5.3)
-    -> started (Initialized, phase Running) -> readiness probe (gate ``probe``; a real
-    execd ``/health`` with ``run_execd``) -> Ready (gate ``ready``; ContainersReady, Ready)
+    -> started (Initialized, phase Running) -> readiness probe (gate ``probe``; with
+    ``run_execd`` the container's own ``readinessProbe``) -> Ready (gate ``ready``;
+    ContainersReady, Ready)
+
+Pod IPs come from the node's pod range (``Scheduler``; never 127.0.0.1). With
+``run_execd`` the containers are real processes started from the pod's spec
+(``execd_runner.py``), and the readiness probe is the spec's: an ``httpGet`` to
+``podIP:port`` + ``path`` (a named port resolved through the container's ports), success
+for a status from 200 to 399; no ``readinessProbe`` means Ready once started. A main
+container that exits fails the pod (``restartPolicy: Never``).
 
 Invariants: every stage re-reads the pod and stops if it is gone or was replaced by a pod
 with another uid; the stamps of each stage go into ``standin.sandman.dev/*-at``
@@ -77,7 +85,7 @@ class PodSim:
     pulled_at: float | None = None
     outcome: str | None = None
     execd_key: str | None = None
-    execd_port: int | None = None
+    process: bool = False  # a real main-container process runs (``run_execd``)
     probes: int = 0
     done: bool = False
 
@@ -108,6 +116,9 @@ class Kubelet:
         self.address_failures_by_pod: dict[str, int] = {}
         self._pass_pending = False
         self._http: aiohttp.ClientSession | None = None
+        self._keys: dict[str, PodSim] = {}  # runner key -> pod, for container exits
+        if execd is not None:
+            execd.on_exit = self._container_exited
 
     # --- helpers ----------------------------------------------------------------------------
     def _stamp(self, t: float | None = None) -> str:
@@ -149,6 +160,7 @@ class Kubelet:
         self.scheduler.release(s.node, uid)
         self.events.add("Killing", obj, "Stopping container sandbox", node=s.node)
         if s.execd_key and self.execd is not None:
+            self._keys.pop(s.execd_key, None)
             self.sim.spawn(self.execd.stop(s.execd_key))
         if any(p.node is None for p in self.sims.values()):
             self._kick()
@@ -216,7 +228,7 @@ class Kubelet:
             )
             self.sim.after(self.timings.address_retry_s, self._assign_address, s)
             return
-        ip = "127.0.0.1" if self.execd is not None else node.next_pod_ip()
+        ip = node.pod_ip(s.uid)
         stamp, when, failures = self._stamp(), self._when(), s.address_failures
 
         def addressed(p: Obj) -> None:
@@ -272,28 +284,41 @@ class Kubelet:
             self._fail(s, "Error", "the container exited with code 1 while starting (failure plan)")
             return
         if self.execd is None:
-            self._mark_running(s, None)
+            self._mark_running(s)
             return
-        env = {e.get("name"): e.get("value") for e in main_container(pod).get("env") or []}
-        token = env.get(K.EXECD_TOKEN_ENV) or ""
-        self.sim.spawn(self._start_execd(s, token))
+        self.sim.spawn(self._start_containers(s, pod))
 
-    async def _start_execd(self, s: PodSim, token: str) -> None:
+    async def _start_containers(self, s: PodSim, pod: Obj) -> None:
         assert self.execd is not None
         key = f"{s.namespace}.{s.name}.{s.uid[:8]}"
-        try:
-            port = await self.execd.start(key, token)
-        except ExecdStartError as exc:
-            self._fail(s, "StartError", f"execd did not start: {exc}")
-            return
         s.execd_key = key
-        if self._current(s) is None:  # deleted while execd was booting
+        self._keys[key] = s
+
+        def secret_data(name: str) -> Any:
+            secret = self.store.get("secrets", s.namespace, name)
+            return None if secret is None else dict(secret.get("data") or {})
+
+        try:
+            s.process = await self.execd.start(key, pod, secret_data)
+        except ExecdStartError as exc:
+            reason, _, message = str(exc).partition(": ")
+            self._fail(s, reason, message)
             await self.execd.stop(key)
             return
-        self._mark_running(s, port)
+        if self._current(s) is None:  # deleted while the containers were starting
+            await self.execd.stop(key)
+            return
+        self._mark_running(s)
 
-    def _mark_running(self, s: PodSim, port: int | None) -> None:
-        s.execd_port = port
+    def _container_exited(self, key: str, code: int) -> None:
+        s = self._keys.get(key)
+        if s is None or self._current(s) is None:
+            return
+        tail = self.execd.stderr_of(key)[-500:].strip() if self.execd is not None else ""
+        message = f"container sandbox exited with code {code}: {tail}".rstrip(": ")
+        self._fail(s, "Completed" if code == 0 else "Error", message, code)
+
+    def _mark_running(self, s: PodSim) -> None:
         stamp, when = self._stamp(), self._when()
         pulled = self._stamp(s.pulled_at)
 
@@ -304,8 +329,6 @@ class Kubelet:
             ann[K.PULLED_AT] = pulled
             ann[K.IMAGE_PRESENT] = "true" if s.image_present else "false"
             ann[K.PULL_MS] = f"{s.pull_ms or 0.0:.3f}"
-            if port is not None:
-                ann[K.EXECD_PORT_ANNOTATION] = str(port)
 
         pod = self._update(s, running)
         if pod is not None:
@@ -318,19 +341,20 @@ class Kubelet:
         if pod is None:
             return
         gate = self.gates.claim(self._ctx("probe", pod))
-        if gate is None and s.execd_port is None:
+        target = probe_target(pod) if s.process else None
+        if gate is None and target is None:
             self._after_probe(s, True)
         else:
-            self.sim.spawn(self._probe_async(s, gate))
+            self.sim.spawn(self._probe_async(s, gate, target))
 
-    async def _probe_async(self, s: PodSim, gate: Any) -> None:
+    async def _probe_async(self, s: PodSim, gate: Any, target: str | None) -> None:
         if gate is not None:
             await gate.wait_released_async()
         ok = True
-        if s.execd_port is not None and s.outcome != "never_ready":
-            ok = await self._http_probe(s.execd_port)
+        if target is not None and s.outcome != "never_ready":
+            ok = await self._http_probe(target)
             if not ok:
-                await asyncio.sleep(0.05)  # real execd still booting: do not spin
+                await asyncio.sleep(0.05)  # a real process still booting: do not spin
         self._after_probe(s, ok)
 
     def _after_probe(self, s: PodSim, ok: bool) -> None:
@@ -364,28 +388,52 @@ class Kubelet:
 
         self._update(s, ready)
 
-    async def _http_probe(self, port: int) -> bool:
+    async def _http_probe(self, url: str) -> bool:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         try:
-            async with self._http.get(f"http://127.0.0.1:{port}/health") as resp:
-                return resp.status == 200
+            async with self._http.get(url, allow_redirects=False) as resp:
+                return 200 <= resp.status < 400
         except (aiohttp.ClientError, TimeoutError, OSError):
             return False
 
-    def _fail(self, s: PodSim, reason: str, message: str) -> None:
+    def _fail(self, s: PodSim, reason: str, message: str, code: int = 1) -> None:
+        """The pod ends: phase Failed, or Succeeded when its container exited with 0."""
         when = self._when()
 
         def failed(p: Obj) -> None:
             mark_failed(p, when, reason, message)
+            if code != 1:
+                terminated = p["status"]["containerStatuses"][0]["state"]["terminated"]
+                terminated["exitCode"] = code
+            if code == 0:
+                p["status"]["phase"] = "Succeeded"
 
         pod = self._update(s, failed)
         s.done = True
         self.scheduler.release(s.node, s.uid)
-        if pod is not None:
+        if pod is not None and code != 0:
             self.events.add("Failed", pod, message, type="Warning", node=s.node)
 
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+def probe_target(pod: Obj) -> str | None:
+    """The URL of the main container's ``readinessProbe.httpGet``, as the kubelet builds it
+    (host: the pod IP unless ``host`` is set; a named port resolved through the container's
+    ``ports``), or None when it has no httpGet readiness probe."""
+    container = main_container(pod)
+    http = (container.get("readinessProbe") or {}).get("httpGet")
+    if not http:
+        return None
+    port = http.get("port")
+    if isinstance(port, str) and not port.isdigit():
+        named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+        port = named.get(port)
+    host = http.get("host") or (pod.get("status") or {}).get("podIP") or ""
+    path = http.get("path") or "/"
+    scheme = str(http.get("scheme") or "HTTP").lower()
+    return f"{scheme}://{host}:{port}{path if path.startswith('/') else '/' + path}"

@@ -13,6 +13,13 @@ fails with probability ``slope * (recent - warm_addresses)`` (capped at ``max_p`
 ``recent`` counts pods bound to the node within the last ``window_s`` simulated seconds.
 So failures grow with how many of a burst's pods land on one node, and spreading lowers
 them. The RNG is the cluster's seeded one: a fixed request order gives fixed failures.
+
+Pod addresses, as a CNI's host-local IPAM hands them out: every node owns a /24 of the
+cluster's pod range and gives each pod its own address from it, never one a pod on the node
+still holds. The range is in 127.0.0.0/8 (all of it is on ``lo`` on Linux), so a real process
+can bind a pod's address; it is never 127.0.0.1 (the ``127.0.0.0/24`` block is never used),
+and a cluster picks its own block at random so parallel clusters on one host do not share
+addresses.
 """
 
 from __future__ import annotations
@@ -118,7 +125,9 @@ class NodeState:
     address_failures: int = 0
     used_cpu: int = 0
     used_mem: int = 0
+    pod_block: int = 0  # this node's /24 of 127.0.0.0/8 is 127.<pod_block // 256>.<% 256>.0
     _next_host: int = 2
+    _ips: dict[str, str] = field(default_factory=dict)  # pod uid -> the address it holds
     # Spread counts per (namespace, selector), kept current on add/remove: O(1) per pick.
     _counts: dict[tuple[str, tuple[Requirement, ...]], int] = field(default_factory=dict)
 
@@ -146,6 +155,7 @@ class NodeState:
                 self._counts[(cns, reqs)] += 1
 
     def remove_pod(self, uid: str) -> None:
+        self._ips.pop(uid, None)
         entry = self.pods.pop(uid, None)
         if entry is None:
             return
@@ -184,10 +194,20 @@ class NodeState:
             self.binds.popleft()
         return len(self.binds)
 
-    def next_pod_ip(self) -> str:
-        host = self._next_host
-        self._next_host = 2 if host >= 254 else host + 1
-        return f"10.{self.index // 250 + 1}.{self.index % 250}.{host}"
+    def pod_ip(self, uid: str) -> str:
+        """The pod's own address on this node (the same one if asked again), never shared."""
+        held = self._ips.get(uid)
+        if held is not None:
+            return held
+        taken = set(self._ips.values())
+        prefix = f"127.{self.pod_block // 256}.{self.pod_block % 256}."
+        for _ in range(253):
+            host = self._next_host
+            self._next_host = 2 if host >= 254 else host + 1
+            if prefix + str(host) not in taken:
+                self._ips[uid] = prefix + str(host)
+                return prefix + str(host)
+        raise RuntimeError(f"{self.name}: the pod range {prefix}0/24 is exhausted")
 
     def summary(self) -> dict[str, Any]:
         cpu, mem = self.allocated()
@@ -204,10 +224,19 @@ class NodeState:
         }
 
 
-def make_nodes(nodes: int | list[NodeSpec]) -> list[NodeState]:
+def make_nodes(nodes: int | list[NodeSpec], *, pod_range: int = 1) -> list[NodeState]:
+    """Nodes; node i's pods get addresses from /24 block ``pod_range + i`` of 127.0.0.0/8
+    (block 0, which holds 127.0.0.1, is skipped)."""
     specs = [NodeSpec(f"node-{i}") for i in range(nodes)] if isinstance(nodes, int) else nodes
+    blocks = 256 * 256 - 1
     return [
-        NodeState(spec, i, round(quantity(spec.cpu) * 1000), round(quantity(spec.memory)))
+        NodeState(
+            spec,
+            i,
+            round(quantity(spec.cpu) * 1000),
+            round(quantity(spec.memory)),
+            pod_block=(pod_range - 1 + i) % blocks + 1,
+        )
         for i, spec in enumerate(specs)
     ]
 

@@ -1,9 +1,9 @@
 """The stand-in's HTTP face: the pod and ConfigMap subset of the Kubernetes API.
 
 Routes (what the official client sends): create/list/watch under
-``/api/v1/namespaces/{ns}/{pods|configmaps}``, get/patch/delete on ``.../{name}``, cluster
-wide list/watch on ``/api/v1/{pods|configmaps}``, and ``/version``. Control routes for
-tests and benchmarks live under ``/_standin/`` (see ``control.py``).
+``/api/v1/namespaces/{ns}/{pods|configmaps|secrets}``, get/patch/delete on ``.../{name}``,
+cluster wide list/watch on ``/api/v1/{pods|configmaps|secrets}``, and ``/version``. Control
+routes for tests and benchmarks live under ``/_standin/`` (see ``control.py``).
 
 Order inside each write handler (tests rely on it): count the request -> ``*_received``
 gate -> take a failure plan -> "before store" faults -> store -> ``create_stored`` /
@@ -27,6 +27,7 @@ from standin.kubelet import prepare_pod
 from standin.paging import BadToken, Expired, Pager
 from standin.patching import json_patch, merge_patch
 from standin.plans import ACTIONS, PlanRegistry
+from standin.secrets import prepare_secret
 from standin.selectors import SelectorError, parse_field_selector, parse_label_selector
 from standin.stats import RequestStats
 from standin.status import status_body
@@ -309,6 +310,8 @@ class ApiServer:
                 }
                 body["metadata"] = meta
         try:
+            if resource == "secrets":
+                prepare_secret(body)
             stored = self.store.create(resource, ns, body)
         except StoreError as exc:
             return _error(exc.code, exc.message, reason=exc.reason, name=name, kind=resource)

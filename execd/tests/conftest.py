@@ -6,7 +6,7 @@ http.client keep-alive client for it. Every daemon started here is stopped
 import os
 import subprocess
 import sys
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -22,6 +22,7 @@ def start_execd(tmp_path_factory: Any) -> Iterator[Callable[..., Execd]]:
         workspace: Optional[str] = None,
         python: str = sys.executable,
         env: Optional[Dict[str, str]] = None,
+        token_args: Optional[List[str]] = None,
     ) -> Execd:
         base = tmp_path_factory.mktemp("execd")
         ws = workspace or str(base / "ws")
@@ -35,8 +36,7 @@ def start_execd(tmp_path_factory: Any) -> Iterator[Callable[..., Execd]]:
             "execd",
             "--port",
             "0",
-            "--token-file",
-            str(token_file),
+            *(token_args if token_args is not None else ["--token-file", str(token_file)]),
             "--workspace",
             ws,
             "--run-dir",

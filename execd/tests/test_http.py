@@ -1,14 +1,19 @@
 """The HTTP contract: token on every route but /health, JSON errors for bad
 input with the shell's state untouched, keep-alive, 409 while busy."""
 
+import hashlib
+import hmac
 import os
+import subprocess
+import sys
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
 from execd.server import ROUTES
-from execd.tests.helpers import TOKEN, Client, Execd
+from execd.tests.helpers import REPO_ROOT, TOKEN, Client, Execd
+from execd.tokens import derive_token
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -208,3 +213,55 @@ def test_unlink_token_file_removes_the_file_commands_could_otherwise_read(
         assert TOKEN not in c.exec("cat %s 2>&1; true" % token_file)["output"]
     finally:
         c.close()
+
+
+def test_a_token_derived_from_a_key_file_and_a_name_and_the_key_file_removed(
+    start_execd: Callable[..., Execd], tmp_path: Any
+) -> None:
+    """--token-key-file KEY --token-name NAME (a Kubernetes pod's boot): the token is
+    HMAC-SHA256(key, NAME) in hex; a token for another name, or the key itself, is refused;
+    with --unlink-token-file the key file is gone once execd listens, so commands of
+    execd's own user cannot read it, and the key is in no command's environment."""
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"the-job-key-0123\n")
+    d = start_execd(
+        token_args=[
+            "--token-key-file",
+            str(key_file),
+            "--token-name",
+            "sb-1",
+            "--unlink-token-file",
+        ]
+    )
+    assert not key_file.exists()
+    token = derive_token(b"the-job-key-0123", "sb-1")
+    assert token == hmac.new(b"the-job-key-0123", b"sb-1", hashlib.sha256).hexdigest()
+    c = d.client(token=token)
+    try:
+        out = c.exec("cat %s 2>&1; env; true" % key_file)["output"]
+        assert "the-job-key-0123" not in out and token not in out
+        for wrong in (derive_token(b"the-job-key-0123", "sb-2"), "the-job-key-0123", TOKEN):
+            status, _ = c.request("POST", "/exec", {"command": "true"}, token=wrong)
+            assert status == 401
+    finally:
+        c.close()
+
+
+def test_exactly_one_token_source_is_accepted(tmp_path: Any) -> None:
+    """Both sources, neither, or a key without a name: execd refuses to start."""
+    key_file = tmp_path / "key"
+    key_file.write_text("k")
+    ws = str(tmp_path)
+    for args in (
+        [],
+        ["--token-file", str(key_file), "--token-key-file", str(key_file), "--token-name", "x"],
+        ["--token-key-file", str(key_file)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "execd", "--port", "0", "--workspace", ws, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        )
+        assert proc.returncode == 2 and "token" in proc.stderr, (args, proc.stderr)

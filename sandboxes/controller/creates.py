@@ -313,4 +313,5 @@ def _spec(
         egress=info.egress,
         key_hash=key.hash,
         owner=owner,
+        execd_key=info.execd_key,
     )

@@ -8,7 +8,7 @@ thread).
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import Min, Q
 
@@ -34,6 +34,7 @@ class JobInfo:
     reuse_max_uses: int
     trainer_pod_name: str
     trainer_pod_uid: str
+    execd_key: str = field(default="", repr=False)  # a secret: never printed
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def _job_info(job: Job) -> JobInfo:
         reuse_max_uses=job.reuse_max_uses,
         trainer_pod_name=job.trainer_pod_name,
         trainer_pod_uid=job.trainer_pod_uid,
+        execd_key=job.execd_key,
     )
 
 

@@ -53,6 +53,9 @@ class SandboxSpec:
     owner: OwnerRef | None = None
     # Extra labels a backend should attach (already includes none of labels.py's keys).
     labels: tuple[tuple[str, str], ...] = ()
+    # The job's execd key (``token`` is HMAC-SHA256(key, name)); a Kubernetes pod derives
+    # its token from it. Never printed (repr=False), never in a pod object.
+    execd_key: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)

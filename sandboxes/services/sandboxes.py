@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import transaction
 
+from execd.tokens import derive_token
 from sandboxes import events
 from sandboxes.models import Job, Sandbox, SandboxEvent
 from sandboxes.providers.base import ReadyInfo
@@ -108,14 +109,16 @@ def sandbox_request(
         if job is None:
             if job_id is None:
                 raise NotFound("a sandbox request needs a job")
-            job = Job.objects.filter(pk=job_id).only("pk", "egress").first()
+            job = Job.objects.filter(pk=job_id).only("pk", "egress", "execd_key").first()
             if job is None:
                 raise NotFound(f"job {job_id} does not exist")
+        name = new_sandbox_name(job.pk)
         sandbox = Sandbox.objects.create(
             job=job,
-            name=new_sandbox_name(job.pk),
+            name=name,
             nonce=secrets.token_hex(16),
-            token=secrets.token_urlsafe(32),
+            # What the sandbox's execd derives from the job's key and its own name.
+            token=derive_token(job.execd_key.encode(), name),
             backend=backend,
             role=role,
             state=SandboxState.REQUESTED,

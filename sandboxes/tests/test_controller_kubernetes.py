@@ -11,10 +11,13 @@ delete at the end of the drain.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from concurrent.futures import ThreadPoolExecutor
+from urllib.error import HTTPError
 
 import pytest
 
+from execd.tokens import derive_token
 from sandboxes import events
 from sandboxes import labels as L
 from sandboxes.controller import PrewarmKey
@@ -306,6 +309,37 @@ def test_pods_name_the_jobs_anchor_created_once_and_deleted_after_the_drain(back
     wait_until(lambda: Job.objects.get(pk=job.pk).state == "drained", what="the job drained")
     assert not backend.anchor_exists(job.pk)
     assert backend.cluster.pods(NS) == []
+
+
+@pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
+def test_the_acquired_token_works_and_no_token_or_key_is_in_the_pod(backend):
+    """Issue 9 item 2: the acquire answer's token (HMAC of the sandbox's name under the job's
+    key) works against the pod's execd, a token for another sandbox name of the same job
+    does not, and neither a token nor the job's key is anywhere in the pod's JSON, as the
+    stand-in stores it or as the API returns it. The job's Secret goes with the drain."""
+    controller = backend.controller()
+    job = make_job()
+    got = controller.acquire(**acquire_args(job))
+    key = Job.objects.get(pk=job.pk).execd_key
+    ran = execd(got.address, got.token, "/exec", {"command": "echo ok"})
+    assert ran["exit_code"] == 0 and ran["output"].strip() == "ok"
+    other = derive_token(key.encode(), f"sm-{job.pk}-someone-else")
+    with pytest.raises(HTTPError) as refused:
+        execd(got.address, other, "/exec", {"command": "true"})
+    assert refused.value.code == 401
+    core = core_for(backend.cluster)
+    try:
+        raw = core.read_namespaced_pod(got.name, NS, _preload_content=False).data.decode()
+    finally:
+        core.api_client.close()
+    for text in (json.dumps(backend.cluster.pod(NS, got.name)), raw):
+        assert got.token not in text and key not in text
+    assert [s["metadata"]["name"] for s in backend.cluster.secrets(NS)] == [
+        f"sandman-job-{job.pk}-execd"
+    ]
+    controller.drain(job_id=job.pk)
+    wait_until(lambda: Job.objects.get(pk=job.pk).state == "drained", what="the job drained")
+    assert backend.cluster.secrets(NS) == []
 
 
 @pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)

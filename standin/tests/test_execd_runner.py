@@ -33,7 +33,10 @@ def test_stop_reaps_an_execd_that_is_still_booting(
     cluster = make_cluster(nodes=1, run_execd=True, execd_python=str(script))
     core = core_for(cluster)
     try:
-        core.create_namespaced_pod(NS, pod("booting"))
+        body = pod("booting")
+        # python3 on the container's PATH is the runtime's interpreter: here the fake one.
+        body["spec"]["containers"][0]["command"] = ["python3", "-I", "-c", "pass"]
+        core.create_namespaced_pod(NS, body)
         with open(fifo) as fh:  # returns once the fake execd has been spawned
             pid = int(fh.read().strip())
         assert Path(f"/proc/{pid}").exists()

@@ -32,6 +32,7 @@ from sandboxes.providers.kubernetes.informer import (
 from sandboxes.providers.kubernetes.manifest import (
     boot_command,
     build_pod_manifest,
+    carrier_command,
     execd_launcher,
     pod_labels,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "boot_command",
     "build_api_client",
     "build_pod_manifest",
+    "carrier_command",
     "execd_launcher",
     "pod_failure",
     "pod_is_ready",

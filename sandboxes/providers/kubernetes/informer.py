@@ -9,8 +9,8 @@ delivered, and only a 410 (history compacted) lists again. It runs in its own th
 ``call_soon_threadsafe``: its callbacks run only on that loop.
 
 Events stay raw JSON (building a client model per event costs ~15x the parse). The address
-in :func:`ready_info` is ``podIP:port`` -- never a Service -- with the port from
-``sandman.dev/execd-port`` when a pod carries it (the stand-in's ``--run-execd``).
+in :func:`ready_info` is ``podIP:port`` -- never a Service -- with the configured execd
+port, the one the pod's container port and readiness probe name.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def ready_info(pod: Pod, config: KubernetesConfig) -> ReadyInfo:
     """
     ann = pod_meta(pod).get("annotations") or {}
     ip = pod_status(pod).get("podIP") or ""
-    port = int(ann.get(L.EXECD_PORT_ANNOTATION) or config.execd_port)
+    port = config.execd_port
     started = None
     for cs in pod_status(pod).get("containerStatuses") or []:
         if cs.get("name") == "sandbox":

@@ -3,11 +3,19 @@
 Rules a reader must not break (docs/architecture.md §4):
 * requests == limits; no service-account token; no service links; seccomp
   RuntimeDefault; NET_RAW dropped; soft topology spread (maxSkew 2, ScheduleAnyway).
-* The execd token travels ONLY in the env var ``SANDMAN_EXECD_TOKEN``; the boot shell
-  writes it to a 0600 file on a memory ``emptyDir``, ``unset``s it and ``exec``s execd,
-  so neither execd's environment nor its commands inherit it.
+* No token and no key is in the pod object. The job's key is in the job's Secret
+  (``jobsecrets.py``), mounted ONLY into the carrier init container, which copies it to
+  the memory ``emptyDir`` ``sandman-run``; execd reads it there with ``--token-key-file``,
+  derives its token as HMAC-SHA256(key, its pod name from the downward API) and unlinks
+  the file (``--unlink-token-file``) before it listens, so no command ever reads the key
+  (the same guarantee the token file had). The main container never mounts the Secret.
 * execd comes from the carrier (init container -> ``emptyDir`` mounted read-only) and is
   started with ``python3 -I -c <runpy launcher>``, leaving the task's ``PYTHONPATH`` alone.
+* execd listens on the pod's IP (``--host "$POD_IP"``, ``POD_IP`` from the downward API's
+  ``status.podIP``) at ``execd_port``, the port the container port and the readiness probe
+  name: the kubelet's probe and the trainers connect to podIP:port, and execd's default
+  host, 127.0.0.1, is not reachable there. Not 0.0.0.0: that would also expose execd on
+  every other address of the pod, its loopback included.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from kubernetes import client
 from sandboxes import labels as L
 from sandboxes.providers.base import SandboxSpec
 from sandboxes.providers.kubernetes.config import KubernetesConfig
+from sandboxes.providers.kubernetes.jobsecrets import SECRET_KEY, secret_name
 
 
 # --- the pod manifest (pure) ---------------------------------------------------------------
@@ -58,14 +67,33 @@ def execd_launcher(carrier_path: str) -> str:
     )
 
 
+POD_IP_ENV = "POD_IP"
+POD_NAME_ENV = "POD_NAME"
+KEY_MOUNT = "/var/run/sandman-key"  # the Secret, in the init container only
+
+
 def boot_command(config: KubernetesConfig) -> str:
-    """The main container's shell: token env -> 0600 file, scrub, exec execd (which unlinks it)."""
-    token = f"{config.token_dir}/token"
+    """The main container's command: exec execd on the pod's IP, its token derived from the
+    key file the init container left and the pod's name (execd unlinks the file).
+
+    ``$POD_IP`` / ``$POD_NAME`` are the shell's (``:?`` stops the boot if one is unset),
+    not a kubelet ``$(VAR)``: in a ``sh -c`` script that reads as command substitution
+    everywhere but on a kubelet."""
     launcher = shlex.quote(execd_launcher(config.carrier_path))
     return (
-        f'umask 077 && printf %s "${L.EXECD_TOKEN_ENV}" > {token} && unset {L.EXECD_TOKEN_ENV} && '
-        f"exec python3 -I -c {launcher} --port {config.execd_port} "
-        f"--token-file {token} --unlink-token-file --workspace {config.workspace}"
+        f'exec python3 -I -c {launcher} --host "${{{POD_IP_ENV}:?}}" --port {config.execd_port} '
+        f'--token-key-file {config.token_dir}/key --token-name "${{{POD_NAME_ENV}:?}}" '
+        f"--unlink-token-file --workspace {config.workspace}"
+    )
+
+
+def carrier_command(config: KubernetesConfig) -> str:
+    """The init container's shell: execd's sources into the carrier volume, the job's key
+    into the memory volume (readable by the task's user, whichever it is, until execd
+    unlinks it at start, before any command runs)."""
+    return (
+        f"cp -R /carrier/. {config.carrier_path}/ && "
+        f"cp {KEY_MOUNT}/{SECRET_KEY} {config.token_dir}/key"
     )
 
 
@@ -101,8 +129,12 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
         name="execd-carrier",
         image=config.carrier_image,
         image_pull_policy=config.image_pull_policy,
-        command=["sh", "-c", f"cp -R /carrier/. {config.carrier_path}/"],
-        volume_mounts=[client.V1VolumeMount(name="execd", mount_path=config.carrier_path)],
+        command=["sh", "-c", carrier_command(config)],
+        volume_mounts=[
+            client.V1VolumeMount(name="execd", mount_path=config.carrier_path),
+            client.V1VolumeMount(name="sandman-run", mount_path=config.token_dir),
+            client.V1VolumeMount(name="execd-key", mount_path=KEY_MOUNT, read_only=True),
+        ],
         resources=client.V1ResourceRequirements(requests=carrier_res, limits=carrier_res),
         security_context=_security_context(config),
     )
@@ -111,7 +143,20 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
         image=spec.image,
         image_pull_policy=config.image_pull_policy,
         command=["sh", "-c", boot_command(config)],
-        env=[client.V1EnvVar(name=L.EXECD_TOKEN_ENV, value=spec.token)],
+        env=[
+            client.V1EnvVar(
+                name=POD_NAME_ENV,
+                value_from=client.V1EnvVarSource(
+                    field_ref=client.V1ObjectFieldSelector(field_path="metadata.name")
+                ),
+            ),
+            client.V1EnvVar(
+                name=POD_IP_ENV,
+                value_from=client.V1EnvVarSource(
+                    field_ref=client.V1ObjectFieldSelector(field_path="status.podIP")
+                ),
+            ),
+        ],
         ports=[
             client.V1ContainerPort(name="execd", container_port=config.execd_port, protocol="TCP")
         ],
@@ -155,6 +200,14 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
                 client.V1Volume(
                     name="sandman-run",
                     empty_dir=client.V1EmptyDirVolumeSource(medium="Memory", size_limit="1Mi"),
+                ),
+                client.V1Volume(
+                    name="execd-key",
+                    # 0444: the carrier runs as a non-root user and the kubelet makes secret
+                    # files root's; only the init container mounts this volume.
+                    secret=client.V1SecretVolumeSource(
+                        secret_name=secret_name(spec.job_id), default_mode=0o444
+                    ),
                 ),
             ],
             topology_spread_constraints=_spread(spec, config),

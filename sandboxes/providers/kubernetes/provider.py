@@ -8,6 +8,7 @@ uses, and forwards the ``Provider`` calls to them:
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
 * ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
+* ``jobsecrets.JobSecrets`` -- the per-job Secret with the execd key (ensured before a create);
 * ``listing.PodLister`` -- ``list_owned`` (paged, ``paging.PodPages``);
 * ``retry.RetryPolicy`` -- which refusals are sent again (429, exceeded quota) and when;
 * ``health.ExecdHealth`` -- the one place this backend calls execd.
@@ -45,6 +46,7 @@ from sandboxes.providers.kubernetes.creator import PodCreator
 from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, PodDeleter
 from sandboxes.providers.kubernetes.health import ExecdHealth
 from sandboxes.providers.kubernetes.informer import PodInformer
+from sandboxes.providers.kubernetes.jobsecrets import JobSecrets
 from sandboxes.providers.kubernetes.listing import PodLister
 from sandboxes.providers.kubernetes.readiness import ReadinessTracker
 from sandboxes.providers.kubernetes.retry import RetryPolicy
@@ -109,6 +111,9 @@ class KubernetesProvider:
         self._anchors = Anchors(
             core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
         )
+        self._secrets = JobSecrets(
+            core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
+        )
         self._lister = PodLister(core, cfg, calls=calls, ensure_started=start)
 
     @classmethod
@@ -133,6 +138,8 @@ class KubernetesProvider:
 
     # --- the Provider protocol ----------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> Handle:
+        # The job's key Secret first: a pod that mounts a missing Secret cannot start.
+        await self._secrets.ensure(spec.job_id, spec.execd_key, spec.owner)
         return await self._creator.create(spec)
 
     async def wait_ready(self, handle: Handle, budget_s: float) -> ReadyInfo:
@@ -161,10 +168,14 @@ class KubernetesProvider:
         return await self._anchors.ensure_anchor(job_id)
 
     async def list_anchors(self) -> list[int]:
-        return await self._anchors.list_anchors()
+        """Jobs with an anchor or a key Secret here (the sweep deletes the stale ones)."""
+        anchors = await self._anchors.list_anchors()
+        return sorted(set(anchors) | set(await self._secrets.list_jobs()))
 
     async def delete_anchor(self, job_id: int) -> None:
+        """Delete the job's anchor and its key Secret (each: gone already counts)."""
         await self._anchors.delete_anchor(job_id)
+        await self._secrets.delete(job_id)
 
     @staticmethod
     def anchor_name(job_id: int) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest_asyncio
 
+from execd.tokens import derive_token
 from sandboxes.providers.base import OwnerRef, SandboxSpec
 from sandboxes.providers.kubernetes import KubernetesConfig, KubernetesProvider, build_api_client
 from standin import StandinCluster
@@ -18,13 +19,17 @@ from standin.tests.conftest import make_cluster  # noqa: F401 - re-exported fixt
 NS = "sandboxes"
 
 
+JOB_KEY = "0123456789abcdef" * 4  # job 7's execd key in these tests
+
+
 def spec(
     name: str, *, nonce: str | None = None, owner: OwnerRef | None = None, **overrides: Any
 ) -> SandboxSpec:
     values: dict[str, Any] = {
         "name": name,
         "nonce": nonce or f"nonce-{name}",
-        "token": f"token-{name}",
+        "token": derive_token(JOB_KEY.encode(), name),
+        "execd_key": JOB_KEY,
         "job_id": 7,
         "role": "rollout",
         "image": "task/img:1",

@@ -9,9 +9,9 @@ the sentinel of another tenant (paper Appendix F, Table A21).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
-import stat
 import subprocess
 import sys
 import types
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from kubernetes import client
 
 from sandboxes import labels as L
 from sandboxes.providers.base import Handle, Provider
@@ -29,8 +30,9 @@ from sandboxes.providers.kubernetes import (
     PendingDelete,
     boot_command,
     build_pod_manifest,
+    carrier_command,
 )
-from sandboxes.tests.providers.conftest import NS, spec
+from sandboxes.tests.providers.conftest import JOB_KEY, NS, spec
 from sandman_site.errors import (
     ProviderAmbiguous,
     ProviderConflict,
@@ -137,18 +139,35 @@ def test_pod_manifest_labels_nonce_owner_and_read_only_execd() -> None:
     assert pod.spec.init_containers[0].image == KubernetesConfig().carrier_image
 
 
-def test_token_travels_only_in_an_env_var_that_the_boot_command_scrubs() -> None:
-    pod = build_pod_manifest(spec("sb-1"), KubernetesConfig())
-    main = pod.spec.containers[0]
-    assert [(e.name, e.value) for e in main.env] == [(L.EXECD_TOKEN_ENV, "token-sb-1")]
-    text = json.dumps([main.command, main.args, pod.metadata.labels, pod.metadata.annotations])
-    assert "token-sb-1" not in text
+def test_no_token_and_no_key_is_in_the_pod_manifest() -> None:
+    """The pod names its job's Secret; only the init container mounts it; the main
+    container's env is the downward API's pod name and IP, nothing secret."""
+    one = spec("sb-1")
+    pod = build_pod_manifest(one, KubernetesConfig())
+    text = json.dumps(client.ApiClient().sanitize_for_serialization(pod))
+    assert one.token not in text and JOB_KEY not in text
+    main, carrier = pod.spec.containers[0], pod.spec.init_containers[0]
+    assert [(e.name, e.value, e.value_from.field_ref.field_path) for e in main.env] == [
+        ("POD_NAME", None, "metadata.name"),
+        ("POD_IP", None, "status.podIP"),
+    ]
+    (volume,) = [v for v in pod.spec.volumes if v.secret is not None]
+    assert (volume.secret.secret_name, volume.secret.default_mode) == ("sandman-job-7-execd", 0o444)
+    assert volume.name not in {m.name for m in main.volume_mounts}
+    (mount,) = [m for m in carrier.volume_mounts if m.name == volume.name]
+    assert mount.read_only is True
+    assert carrier_command(KubernetesConfig()).endswith(
+        f"cp {mount.mount_path}/key /var/run/sandman/key"
+    )
     boot = main.command[2]
-    assert boot.index(f"unset {L.EXECD_TOKEN_ENV}") < boot.index("exec python3 -I -c")
-    assert "--token-file /var/run/sandman/token" in boot and "--port 8700" in boot
+    assert "--token-key-file /var/run/sandman/key" in boot and "--unlink-token-file" in boot
+    assert '--token-name "${POD_NAME:?}"' in boot and "--port 8700" in boot
+    assert '--host "${POD_IP:?}"' in boot  # the pod's IP, where the probe and trainers go
 
 
-def test_boot_command_writes_a_private_token_file_and_hides_the_variable(tmp_path: Path) -> None:
+def test_boot_command_starts_execd_on_the_pod_ip_with_its_name_and_the_key_file(
+    tmp_path: Path,
+) -> None:
     """Run the real boot shell with a stand-in ``python3`` that records what execd would get."""
     bin_dir, run_dir = tmp_path / "bin", tmp_path / "run"
     bin_dir.mkdir()
@@ -159,18 +178,20 @@ def test_boot_command_writes_a_private_token_file_and_hides_the_variable(tmp_pat
     config = KubernetesConfig(token_dir=str(run_dir), carrier_path=str(tmp_path / "carrier"))
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
-        L.EXECD_TOKEN_ENV: "s3cret",
         "PYTHONPATH": "/testbed/src",  # the task image's own, a run condition
+        "POD_IP": "127.9.8.7",  # from the downward API on a kubelet
+        "POD_NAME": "sb-1",
     }
     subprocess.run(["sh", "-c", boot_command(config)], env=env, check=True, timeout=30)
-    token_file = run_dir / "token"
-    assert token_file.read_text() == "s3cret"
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     seen_env = (tmp_path / "env.txt").read_text()
-    assert L.EXECD_TOKEN_ENV not in seen_env and "s3cret" not in seen_env
     assert "PYTHONPATH=/testbed/src\n" in seen_env
     argv = (tmp_path / "argv.txt").read_text()
-    assert f"--token-file {token_file}" in argv and str(tmp_path / "carrier") in argv
+    assert f"--token-key-file {run_dir}/key --token-name sb-1" in argv
+    assert str(tmp_path / "carrier") in argv and "--host 127.9.8.7 --port 8700" in argv
+    missing = subprocess.run(
+        ["sh", "-c", boot_command(config)], env={**env, "POD_NAME": ""}, timeout=30
+    )
+    assert missing.returncode != 0  # no name, no token: the boot stops
 
 
 def test_the_launcher_runs_execd_from_the_carrier_without_pythonpath(tmp_path: Path) -> None:
@@ -647,19 +668,73 @@ async def test_close_stops_the_watch_and_the_threads(
 
 # --- a real execd per pod ---------------------------------------------------------------------
 @pytest.mark.asyncio
+async def test_each_pod_becomes_ready_and_answers_at_its_own_pod_ip(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """Issue 9 item 1: the kubelet probes podIP:port and trainers connect there, so execd
+    must listen on the pod's address. The stand-in runs each pod's boot command as its spec
+    says, at the pod's own loopback address (never 127.0.0.1)."""
+    cluster = make_cluster(nodes=1, run_execd=True)
+    provider = make_provider(cluster, verify_health=True)
+    handles = [await provider.create(spec(name)) for name in ("sb-1", "sb-2")]
+    infos = [await provider.wait_ready(handle, 30) for handle in handles]
+    ips = [cluster.pod(NS, h.name)["status"]["podIP"] for h in handles]  # type: ignore[index]
+    assert len(set(ips)) == 2 and "127.0.0.1" not in ips
+    assert [info.address for info in infos] == [f"{ip}:8700" for ip in ips]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        for handle, info in zip(handles, infos, strict=True):
+            assert await provider.health(handle, info.address, spec(handle.name).token)
+            async with http.get(f"http://{info.address}/health") as resp:
+                assert resp.status == 200 and (await resp.json())["ok"] is True
+    for handle in handles:
+        await provider.destroy(handle)
+
+
+@pytest.mark.asyncio
+async def test_no_token_or_key_is_in_the_pod_and_its_execd_derives_the_token(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """Issue 9 item 2: anyone who can read pods must not read a credential. The token is
+    HMAC-SHA256(job key, pod name): execd derives it from the job's Secret, which only the
+    init container mounts; a token for another sandbox of the same job is refused."""
+    cluster = make_cluster(nodes=1, run_execd=True)
+    provider = make_provider(cluster, verify_health=True)
+    one = spec("sb-1")
+    handle = await provider.create(one)
+    info = await provider.wait_ready(handle, 30)
+    stored = json.dumps(cluster.pod(NS, "sb-1"))
+    raw = provider.core.read_namespaced_pod("sb-1", NS, _preload_content=False).data.decode()
+    for text in (stored, raw):
+        assert one.token not in text and JOB_KEY not in text
+    (secret,) = cluster.secrets(NS)
+    assert secret["metadata"]["name"] == "sandman-job-7-execd"
+    assert secret["metadata"]["labels"][L.JOB] == "7"
+    assert base64.b64decode(secret["data"]["key"]).decode() == JOB_KEY
+    assert await provider.health(handle, info.address, one.token)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        for token, status in ((one.token, 200), (spec("sb-2").token, 401), (JOB_KEY, 401)):
+            auth = {"Authorization": f"Bearer {token}"}
+            async with http.post(
+                f"http://{info.address}/exec", json={"command": "true"}, headers=auth
+            ) as resp:
+                assert resp.status == status
+    await provider.destroy(handle)
+
+
+@pytest.mark.asyncio
 async def test_run_execd_end_to_end(make_cluster: MakeCluster, make_provider: MakeProvider) -> None:
     if not (REPO / "execd" / "__main__.py").exists():
         pytest.skip("execd/__main__.py does not exist yet (python3 -m execd is being built)")
     cluster = make_cluster(nodes=1, run_execd=True)
     provider = make_provider(cluster, verify_health=True)
-    handle = await provider.create(spec("sb-1"))
+    one = spec("sb-1")
+    handle = await provider.create(one)
     info = await provider.wait_ready(handle, 60)
     host, port = info.address.rsplit(":", 1)
-    assert host == "127.0.0.1" and int(port) == int(
-        cluster.pod(NS, "sb-1")["metadata"]["annotations"][L.EXECD_PORT_ANNOTATION]
-    )
-    assert await provider.health(handle, info.address, "token-sb-1")
-    auth = {"Authorization": "Bearer token-sb-1"}
+    pod_ip = cluster.pod(NS, "sb-1")["status"]["podIP"]  # type: ignore[index]
+    assert host == pod_ip != "127.0.0.1" and int(port) == 8700
+    assert await provider.health(handle, info.address, one.token)
+    auth = {"Authorization": f"Bearer {one.token}"}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         async with http.get(f"http://{info.address}/health") as resp:
             assert resp.status == 200 and (await resp.json())["ok"] is True
@@ -669,12 +744,11 @@ async def test_run_execd_end_to_end(make_cluster: MakeCluster, make_provider: Ma
             assert resp.status == 200
             result = await resp.json()
         assert result["exit_code"] == 0 and result["output"].startswith("hi")
-        assert "token-sb-1" not in result["output"] and L.EXECD_TOKEN_ENV not in result["output"]
+        assert one.token not in result["output"] and JOB_KEY not in result["output"]
         if "PYTHONPATH" not in os.environ:  # the carrier's path does not leak into commands
             assert "PYTHONPATH=" not in result["output"]
         async with http.post(f"http://{info.address}/exec", json={"command": "true"}) as resp:
             assert resp.status == 401
     await provider.destroy(handle)
     cluster.run_until_idle()  # the stand-in stops (and reaps) execd when the pod goes
-    assert cluster._call(lambda: cluster.execd.ports()) == {}
-    assert os.environ.get(L.EXECD_TOKEN_ENV) is None
+    assert cluster._call(lambda: cluster.execd.running()) == {}
