@@ -1,9 +1,10 @@
 """Failure plans: change the answer of matching calls, one-shot or N times.
 
 A plan names the call it changes (``create``, ``delete`` or a pod's lifecycle ``pod``),
-what happens instead (an action below) and which objects it applies to (name prefix,
-label selector or a predicate). The stand-in consults plans at fixed points, after the
-``*_received`` gate and, for "after store/apply" actions, after the store changed:
+what happens instead (an action below) and which objects it applies to (the resource,
+``pods`` unless said; a name prefix, label selector or a predicate). The stand-in consults
+plans at fixed points, after the ``*_received`` gate and, for "after store/apply" actions,
+after the store changed:
 
 create: ``403`` (nothing stored), ``409`` (answer AlreadyExists, nothing stored),
     ``500_before_store``, ``504_after_store``, ``reset_before_store``,
@@ -59,10 +60,13 @@ class Plan:
     predicate: Callable[[str, Mapping[str, str]], bool] | None = None
     times: int | None = 1
     retry_after_s: int = 1  # the Retry-After of a ``429`` answer
+    resource: str = "pods"  # what it applies to: "pods", "secrets", "configmaps"
     fired: int = 0
     names: list[str] = field(default_factory=list)
 
-    def applies(self, name: str, labels: Mapping[str, str]) -> bool:
+    def applies(self, name: str, labels: Mapping[str, str], resource: str = "pods") -> bool:
+        if resource != self.resource:
+            return False
         if self.times is not None and self.fired >= self.times:
             return False
         if self.name_prefix is not None and not name.startswith(self.name_prefix):
@@ -91,6 +95,7 @@ class PlanRegistry:
         predicate: Callable[[str, Mapping[str, str]], bool] | None = None,
         times: int | None = 1,
         retry_after_s: int = 1,
+        resource: str = "pods",
     ) -> Plan:
         if action not in ACTIONS.get(verb, frozenset()):
             raise ValueError(f"unknown plan {verb}/{action}; known: {ACTIONS}")
@@ -102,6 +107,7 @@ class PlanRegistry:
             predicate=predicate,
             times=times,
             retry_after_s=retry_after_s,
+            resource=resource,
         )
         with self._lock:
             self._plans.append(plan)
@@ -115,13 +121,18 @@ class PlanRegistry:
         return None if plan is None else plan.action
 
     def take_plan(
-        self, verb: str, name: str, labels: Mapping[str, str] | None, actions: frozenset[str]
+        self,
+        verb: str,
+        name: str,
+        labels: Mapping[str, str] | None,
+        actions: frozenset[str],
+        resource: str = "pods",
     ) -> Plan | None:
         """Like :meth:`take`, but the plan itself (its ``retry_after_s``, say)."""
         with self._lock:
             for plan in self._plans:
                 if plan.verb == verb and plan.action in actions:
-                    if plan.applies(name, labels or {}):
+                    if plan.applies(name, labels or {}, resource):
                         plan.fired += 1
                         plan.names.append(name)
                         return plan

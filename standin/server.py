@@ -275,11 +275,7 @@ class ApiServer:
         await self.gates.hold(
             GateContext("create_received", "create", resource, ns, name, labels, body)
         )
-        plan = (
-            self.plans.take_plan("create", name, labels, ACTIONS["create"])
-            if resource == "pods"
-            else None
-        )
+        plan = self.plans.take_plan("create", name, labels, ACTIONS["create"], resource)
         action = plan.action if plan is not None else None
         if plan is not None and action == "429":
             return admission.throttled_response(plan.retry_after_s)

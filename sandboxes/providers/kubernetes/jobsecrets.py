@@ -33,6 +33,7 @@ from sandboxes.providers.kubernetes.config import (
     KubernetesConfig,
     describe,
 )
+from sandboxes.providers.kubernetes.retry import RetryPolicy
 from sandman_site.errors import ProviderError
 
 SECRET_KEY = "key"  # the one data key of a job's Secret
@@ -54,10 +55,12 @@ class JobSecrets:
         ensure_started: Callable[[], object],
         sleep: Callable[[float], Awaitable[None]],
         backoff: Callable[[int], float],
+        retry: RetryPolicy,
     ) -> None:
         self._core, self._config, self._calls = core, config, calls
         self._ensure_started = ensure_started
         self._sleep, self._backoff = sleep, backoff
+        self._retry = retry
         self._ensured: dict[int, asyncio.Future[None]] = {}
 
     async def ensure(self, job_id: int, key: str, owner: OwnerRef | None) -> None:
@@ -106,12 +109,20 @@ class JobSecrets:
                 if exc.status != 409:  # 409: it exists (an earlier process made it)
                     raise
 
-        try:
-            await self._calls.run("secret", name, ensure)
-        except (ApiException, *TRANSPORT_ERRORS) as exc:
-            raise ProviderError(
-                f"secret {name} could not be ensured: {describe(exc)}", {"job_id": job_id}
-            ) from exc
+        attempt = 0
+        while True:  # creating a Secret that may exist is idempotent: a resend is safe
+            attempt += 1
+            try:
+                await self._calls.run("secret", name, ensure)
+                return
+            except (ApiException, *TRANSPORT_ERRORS) as exc:
+                delay = self._retry.idempotent_delay(exc, attempt)
+                if delay is None:
+                    raise ProviderError(
+                        f"secret {name} could not be ensured: {describe(exc)}",
+                        {"job_id": job_id},
+                    ) from exc
+            await self._sleep(delay)
 
     async def list_jobs(self) -> list[int]:
         """Job ids of every job Secret carrying Sandman's managed-by label."""

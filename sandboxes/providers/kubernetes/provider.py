@@ -95,6 +95,7 @@ class KubernetesProvider:
             sleep=sleep,
             backoff=backoff,
         )
+        retry = RetryPolicy(cfg, backoff)
         self._creator = PodCreator(
             core,
             cfg,
@@ -105,14 +106,20 @@ class KubernetesProvider:
             hooks=hooks,
             ensure_started=start,
             note_stored=self._readiness.note_stored,
-            retry=RetryPolicy(cfg, backoff),
+            retry=retry,
             sleep=sleep,
         )
         self._anchors = Anchors(
             core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
         )
         self._secrets = JobSecrets(
-            core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
+            core,
+            cfg,
+            calls=calls,
+            ensure_started=start,
+            sleep=sleep,
+            backoff=backoff,
+            retry=retry,
         )
         self._lister = PodLister(core, cfg, calls=calls, ensure_started=start)
 

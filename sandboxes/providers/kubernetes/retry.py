@@ -93,6 +93,17 @@ class RetryPolicy:
             return self.backoff(attempt - 1)
         return None
 
+    def idempotent_delay(self, exc: BaseException, attempt: int) -> float | None:
+        """For a create that may be sent again whatever happened (409 means done): a 429
+        after its Retry-After, a 5xx or a transport error after a backoff, a few times."""
+        cfg = self.config
+        if is_throttled(exc) and attempt < cfg.throttle_attempts:
+            return retry_after_s(exc, cfg.retry_after_max_s)
+        transient = not isinstance(exc, ApiException) or status_of(exc) >= 500
+        if transient and attempt < cfg.quota_attempts:
+            return self.backoff(attempt - 1)
+        return None
+
     def read_delay(self, exc: BaseException, attempt: int) -> float | None:
         """For the ``attempt``-th send of a list page: only a 429 is waited out here."""
         if is_throttled(exc) and attempt < self.config.throttle_attempts:

@@ -53,16 +53,36 @@ async def test_a_429_create_is_resent_with_the_same_name_and_nonce_and_becomes_r
     cluster = make_cluster(nodes=1)
     sleep = RecordedSleep()
     provider = make_provider(cluster, sleep=sleep)
-    cluster.plans.add("create", "429", retry_after_s=2)
+    cluster.plans.add("create", "429", name_prefix="sb-", retry_after_s=2)
     handle = await provider.create(spec("sb-1"))
     info = await provider.wait_ready(handle, READY_S)
     assert info.address
     assert sleep.waits == [2.0]  # Retry-After honoured, once
     creates = [r["name"] for r in cluster.requests_log() if r["verb"] == "create"]
-    assert creates == ["sb-1", "sb-1"]
+    assert [name for name in creates if name.startswith("sb-")] == ["sb-1", "sb-1"]
     pod = cluster.pod(NS, "sb-1")
     assert pod["metadata"]["annotations"][L.NONCE_ANNOTATION] == "nonce-sb-1"
     assert counts(cluster, "delete") == 0 and counts(cluster, "get") == 0
+
+
+@pytest.mark.asyncio
+async def test_a_429_on_the_jobs_secret_is_resent_after_retry_after_and_the_pod_starts(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """API Priority and Fairness sheds any request, the job's Secret create included
+    (https://kubernetes.io/docs/concepts/cluster-administration/flow-control/): creating it
+    is idempotent (409 means it exists), so it is sent again after its Retry-After."""
+    cluster = make_cluster(nodes=1)
+    sleep = RecordedSleep()
+    provider = make_provider(cluster, sleep=sleep)
+    cluster.plans.add("create", "429", resource="secrets", retry_after_s=3)
+    handle = await provider.create(spec("sb-1"))
+    info = await provider.wait_ready(handle, READY_S)
+    assert info.address
+    assert sleep.waits == [3.0]
+    creates = [r["name"] for r in cluster.requests_log() if r["verb"] == "create"]
+    assert len([name for name in creates if name.startswith("sandman-job-")]) == 2
+    assert [name for name in creates if name.startswith("sb-")] == ["sb-1"]
 
 
 @pytest.mark.asyncio
@@ -71,7 +91,7 @@ async def test_a_429_create_past_its_attempts_fails_without_a_read_or_delete(
 ) -> None:
     cluster = make_cluster(nodes=1)
     provider = make_provider(cluster, sleep=RecordedSleep(), throttle_attempts=2)
-    cluster.plans.add("create", "429", times=None)
+    cluster.plans.add("create", "429", name_prefix="sb-", times=None)
     with pytest.raises(ProviderError) as caught:
         await provider.create(spec("sb-1"))
     assert caught.value.extra["status"] == 429
@@ -162,7 +182,7 @@ async def test_a_5xx_create_keeps_its_status_for_the_create_error_detector(
     """A webhook timeout and a 500 are ambiguous like any 5xx: read back, delete our own."""
     cluster = make_cluster(nodes=1)
     provider = make_provider(cluster)
-    cluster.plans.add("create", plan)
+    cluster.plans.add("create", plan, name_prefix="sb-")
     with pytest.raises(ProviderAmbiguous) as caught:
         await provider.create(spec("sb-1"))
     assert caught.value.extra["status"] == (504 if plan == "504_after_store" else 500)
