@@ -120,6 +120,8 @@ class Kubelet:
         pod = self.store.get("pods", s.namespace, s.name)
         if pod is None or pod["metadata"]["uid"] != s.uid or s.done:
             return None
+        if pod["metadata"].get("deletionTimestamp"):
+            return None  # Terminating: no stage moves it forward any more
         return pod
 
     def _update(self, s: PodSim, mutate: Any) -> Obj | None:
@@ -216,7 +218,7 @@ class Kubelet:
             )
             self.sim.after(self.timings.address_retry_s, self._assign_address, s)
             return
-        ip = "127.0.0.1" if self.execd is not None else node.next_pod_ip()
+        ip = "127.0.0.1" if self.execd is not None else node.next_pod_ip(s.uid)
         stamp, when, failures = self._stamp(), self._when(), s.address_failures
 
         def addressed(p: Obj) -> None:

@@ -119,6 +119,7 @@ class NodeState:
     used_cpu: int = 0
     used_mem: int = 0
     _next_host: int = 2
+    _ips: dict[str, str] = field(default_factory=dict)  # pod uid -> its address, until gone
     # Spread counts per (namespace, selector), kept current on add/remove: O(1) per pick.
     _counts: dict[tuple[str, tuple[Requirement, ...]], int] = field(default_factory=dict)
 
@@ -146,6 +147,7 @@ class NodeState:
                 self._counts[(cns, reqs)] += 1
 
     def remove_pod(self, uid: str) -> None:
+        self._ips.pop(uid, None)  # the address is free again only once the pod is gone
         entry = self.pods.pop(uid, None)
         if entry is None:
             return
@@ -184,10 +186,18 @@ class NodeState:
             self.binds.popleft()
         return len(self.binds)
 
-    def next_pod_ip(self) -> str:
-        host = self._next_host
-        self._next_host = 2 if host >= 254 else host + 1
-        return f"10.{self.index // 250 + 1}.{self.index % 250}.{host}"
+    def next_pod_ip(self, uid: str = "") -> str:
+        """The next address no live pod of this node holds (``uid`` holds it from now on)."""
+        taken = set(self._ips.values())
+        for _ in range(253):
+            host = self._next_host
+            self._next_host = 2 if host >= 254 else host + 1
+            ip = f"10.{self.index // 250 + 1}.{self.index % 250}.{host}"
+            if ip not in taken:
+                break
+        if uid:
+            self._ips[uid] = ip
+        return ip
 
     def summary(self) -> dict[str, Any]:
         cpu, mem = self.allocated()

@@ -42,6 +42,9 @@ class KubernetesConfig:
     topology_spread: bool = True  # False only to measure its effect (bench/k8s_burst.py)
     drop_all_capabilities: bool = False  # ALL breaks images that chown or setuid as root
     termination_grace_s: int = 5
+    # How long ``destroy`` waits for a Terminating pod to be gone (DELETED) before leaving
+    # it pending; None: its grace period plus ``request_timeout_s``.
+    delete_confirm_s: float | None = None
     max_workers: int = 16
     request_timeout_s: float = 30.0
     watch_timeout_s: int = 300
