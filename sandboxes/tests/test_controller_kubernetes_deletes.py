@@ -23,11 +23,6 @@ from standin.harness.support import NS, k8s_provider
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 2xx DELETE ends the row while the pod is Terminating: the sweep then finds it "
-    "ownerless, DELETEs it again and drafts an ownerless-pods incident",
-)
 def test_churn_over_terminating_pods_sends_one_delete_each_and_finds_nothing_ownerless(
     make_controller,
 ):

@@ -113,6 +113,9 @@ class PodCreator:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(cleanup)  # a second cancel leaves it to our task
             raise
+        if outcome.pending is not None and outcome.pending.terminating:
+            if await self._deleter.await_gone(outcome.pending):  # reclaimed means gone
+                outcome.pending = None  # confirmed (and reported) by the deleter
         return self._finish(outcome)
 
     def _finish(self, outcome: CreateOutcome) -> Handle:
@@ -264,12 +267,19 @@ class PodCreator:
         uid = pod.uid or ""
         extra.update(stored=True, uid=uid)
         try:
-            self._deleter.delete_sync(spec.name, uid)
+            how = self._deleter.delete_sync(spec.name, uid)
         except Unconfirmed as exc:
             extra.update(reclaimed=False, pending_delete=True)
             pending = PendingDelete(spec.name, uid, spec.nonce, last_error=str(exc))
             return CreateOutcome(
                 error=_err(ProviderAmbiguous, message + "; delete pending", extra, cause),
+                pending=pending,
+            )
+        if how == "deleted":  # accepted: Terminating until gone, which confirms it
+            extra.update(reclaimed=True, terminating=True)
+            pending = PendingDelete(spec.name, uid, spec.nonce, terminating=True)
+            return CreateOutcome(
+                error=_err(ProviderAmbiguous, message + "; stored pod deleted", extra, cause),
                 pending=pending,
             )
         extra.update(reclaimed=True)

@@ -37,6 +37,7 @@ def owned_sandbox(pod: client.V1Pod) -> OwnedSandbox:
         role=labels.get(L.ROLE, ""),
         phase=(pod.status.phase or "") if pod.status else "",
         created=meta.creation_timestamp,
+        terminating=meta.deletion_timestamp is not None,
     )
 
 

@@ -7,6 +7,7 @@ uses, and forwards the ``Provider`` calls to them:
 * ``readiness.ReadinessTracker`` -- the informer's cache, waiters, ``wait_ready``;
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
+* ``terminating.GoneTracker`` -- which pods are Terminating or gone (confirms deletes);
 * ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
 * ``listing.PodLister`` -- ``list_owned``;
 * ``health.ExecdHealth`` -- the one place this backend calls execd.
@@ -18,7 +19,8 @@ Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
 * After a 5xx or a transport error the pod is read back by name and deleted (UID
   precondition) only if it carries this create's nonce. A 4xx sends no read and no
   delete; a 409 for a pod without our nonce is ``ProviderConflict`` and it is left alone.
-* ``destroy`` is idempotent; an unconfirmed delete stays pending until confirmed.
+* ``destroy`` is idempotent; an unconfirmed delete stays pending until confirmed, and a
+  delete is confirmed only when the pod is gone (DELETED or 404), never at a 2xx.
 * The informer starts on the first call that needs the cluster and serves only the event
   loop of that call; once closed, every such call raises ``ProviderError``. ``sleep`` is
   the only clock of backoffs and readiness budgets.
@@ -46,6 +48,7 @@ from sandboxes.providers.kubernetes.health import ExecdHealth
 from sandboxes.providers.kubernetes.informer import PodInformer
 from sandboxes.providers.kubernetes.listing import PodLister
 from sandboxes.providers.kubernetes.readiness import ReadinessTracker
+from sandboxes.providers.kubernetes.terminating import GoneTracker
 from sandman_site.errors import ProviderError
 
 
@@ -80,6 +83,7 @@ class KubernetesProvider:
             cfg, ensure_started=start, health=self._health.check, sleep=sleep
         )
         hooks = DeleteHooks(on_pending, on_deleted)
+        self._gone = GoneTracker(on_gone=lambda *pod: self._deleter.note_gone(*pod))
         self._deleter = PodDeleter(
             core,
             cfg,
@@ -90,6 +94,8 @@ class KubernetesProvider:
             forget_stored=self._readiness.forget_stored,
             sleep=sleep,
             backoff=backoff,
+            is_terminating=self._gone.terminating,
+            was_gone=self._gone.was_gone,
         )
         self._creator = PodCreator(
             core,
@@ -121,9 +127,17 @@ class KubernetesProvider:
             raise ProviderError("the kubernetes provider is closed")
         if self._loop is None:
             self._loop = loop
-            self.informer = PodInformer(
-                self.core, self.config, loop, self._readiness.on_sync, self._readiness.on_event
-            )
+            readiness, gone = self._readiness, self._gone
+
+            def on_sync(pods: list[Any], started: float, version: str) -> None:
+                readiness.on_sync(pods, started, version)
+                gone.on_sync(pods, started, version)
+
+            def on_event(kind: str, pod: Any) -> None:
+                readiness.on_event(kind, pod)
+                gone.on_event(kind, pod)
+
+            self.informer = PodInformer(self.core, self.config, loop, on_sync, on_event)
             self.informer.start()
         return loop
 
