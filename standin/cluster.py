@@ -209,6 +209,7 @@ class StandinCluster:
             bookmark_interval_s=self.bookmark_interval_s,
             precise_now=lambda: rfc3339(self.sim.datetime(), precise=True),
             terminator=self.terminator,
+            schedule=self.sim.after,
         )
         app = web.Application(client_max_size=16 * 2**20)
         self.api.routes(app)

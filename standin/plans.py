@@ -7,7 +7,10 @@ label selector or a predicate). The stand-in consults plans at fixed points, aft
 
 create: ``403`` (nothing stored), ``409`` (answer AlreadyExists, nothing stored),
     ``500_before_store``, ``504_after_store``, ``reset_before_store``,
-    ``reset_after_store`` (the reply is lost: connection aborted).
+    ``reset_after_store`` (the reply is lost: connection aborted), ``504_store_later`` /
+    ``reset_store_later`` (answer 504 / drop the connection with nothing stored, then store
+    the pod ``delay_s`` simulated seconds later: a create the API server committed after
+    its request had timed out).
 delete: ``500_not_applied``, ``reset_after_apply`` (applied, reply lost),
     ``hang_not_applied`` / ``hang_after_apply`` (no answer until the client gives up).
 pod: ``fail_start`` (phase Failed while starting), ``never_ready`` (Running, never Ready).
@@ -33,6 +36,8 @@ ACTIONS: dict[str, frozenset[str]] = {
             "504_after_store",
             "reset_before_store",
             "reset_after_store",
+            "504_store_later",
+            "reset_store_later",
         }
     ),
     "delete": frozenset(
@@ -52,6 +57,7 @@ class Plan:
     times: int | None = 1
     fired: int = 0
     names: list[str] = field(default_factory=list)
+    delay_s: float = 0.0  # the ``*_store_later`` actions: simulated seconds until stored
 
     def applies(self, name: str, labels: Mapping[str, str]) -> bool:
         if self.times is not None and self.fired >= self.times:
@@ -81,6 +87,7 @@ class PlanRegistry:
         label_selector: str | None = None,
         predicate: Callable[[str, Mapping[str, str]], bool] | None = None,
         times: int | None = 1,
+        delay_s: float = 0.0,
     ) -> Plan:
         if action not in ACTIONS.get(verb, frozenset()):
             raise ValueError(f"unknown plan {verb}/{action}; known: {ACTIONS}")
@@ -91,6 +98,7 @@ class PlanRegistry:
             selector=parse_label_selector(label_selector),
             predicate=predicate,
             times=times,
+            delay_s=delay_s,
         )
         with self._lock:
             self._plans.append(plan)
@@ -100,13 +108,20 @@ class PlanRegistry:
         self, verb: str, name: str, labels: Mapping[str, str] | None, actions: frozenset[str]
     ) -> str | None:
         """Fire the first live plan for this call among ``actions``; return its action."""
+        plan = self.take_plan(verb, name, labels, actions)
+        return None if plan is None else plan.action
+
+    def take_plan(
+        self, verb: str, name: str, labels: Mapping[str, str] | None, actions: frozenset[str]
+    ) -> Plan | None:
+        """:meth:`take`, returning the plan that fired (its ``delay_s`` and all)."""
         with self._lock:
             for plan in self._plans:
                 if plan.verb == verb and plan.action in actions:
                     if plan.applies(name, labels or {}):
                         plan.fired += 1
                         plan.names.append(name)
-                        return plan.action
+                        return plan
         return None
 
     def peek(self, verb: str, name: str, labels: Mapping[str, str] | None, action: str) -> bool:

@@ -60,7 +60,9 @@ class ApiServer:
         bookmark_interval_s: float | None = None,
         precise_now: Callable[[], str] | None = None,
         terminator: Terminator | None = None,
+        schedule: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
+        self.schedule = schedule  # run later on the simulated clock (late-landing creates)
         self.precise_now = precise_now
         self.terminator = terminator  # graceful deletion; None: a DELETE removes at once
         self.store, self.gates, self.plans, self.stats = store, gates, plans, stats
@@ -251,11 +253,12 @@ class ApiServer:
         await self.gates.hold(
             GateContext("create_received", "create", resource, ns, name, labels, body)
         )
-        action = (
-            self.plans.take("create", name, labels, ACTIONS["create"])
+        plan = (
+            self.plans.take_plan("create", name, labels, ACTIONS["create"])
             if resource == "pods"
             else None
         )
+        action = None if plan is None else plan.action
         if action == "403":
             return _error(
                 403, f'pods "{name}" is forbidden: failure plan', name=name, kind=resource
@@ -266,6 +269,13 @@ class ApiServer:
             return _error(500, "Internal error occurred: failure plan")
         if action == "reset_before_store":
             return self._reset(request)
+        if plan is not None and action in ("504_store_later", "reset_store_later"):
+            self._store_later(plan.delay_s, ns, body)
+            if action == "reset_store_later":
+                return self._reset(request)
+            return _error(
+                504, "Timeout: request did not complete within requested timeout", reason="Timeout"
+            )
         if resource == "pods":
             prepare_pod(body)
             stamp = self.precise_now() if self.precise_now else None
@@ -291,6 +301,20 @@ class ApiServer:
         if action == "reset_after_store":
             return self._reset(request)
         return web.json_response(stored, status=201)
+
+    def _store_later(self, delay_s: float, ns: str, body: dict[str, Any]) -> None:
+        """The request timed out, its write did not: commit the pod ``delay_s`` later."""
+        if self.schedule is None:
+            raise RuntimeError("a *_store_later plan needs the cluster's simulation")
+
+        def store() -> None:
+            prepare_pod(body)
+            try:
+                self.store.create("pods", ns, body)
+            except StoreError:  # the name was taken meanwhile: the late write fails
+                return
+
+        self.schedule(delay_s, store)
 
     async def patch(self, request: web.Request) -> web.StreamResponse:
         resource = self._resource(request)
