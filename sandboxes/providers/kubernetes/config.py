@@ -47,6 +47,8 @@ class KubernetesConfig:
     delete_confirm_s: float | None = None
     max_workers: int = 16
     request_timeout_s: float = 30.0
+    # kube-apiserver's --request-timeout: after a 504 a create may land until then.
+    server_request_timeout_s: float = 60.0
     watch_timeout_s: int = 300
     verify_health: bool = True
     health_timeout_s: float = 2.0

@@ -7,9 +7,11 @@ Rules a reader must not break (paper §4.4, Appendix F, Table 2 rows 1 and 2):
   for the answer and deletes whatever got stored, holding it in its pending set meanwhile.
 * After a 5xx or a transport error the pod is read back by name and deleted with a UID
   precondition only if it carries this create's nonce; then ``ProviderAmbiguous`` with
-  the identity in ``extra``. A 403 or another 4xx sends no read and no delete. A 409 reads
-  the holder: our nonce means an earlier attempt of this very create (adopted), any other
-  is ``ProviderConflict`` and the pod is left alone.
+  the identity in ``extra``. A read-back that finds nothing is not the end: the create
+  may still land, so it is handed to ``expect_late`` (``late.LateCreates``). A 403 or
+  another 4xx sends no read and no delete. A 409 reads the holder: our nonce means an
+  earlier attempt of this very create (adopted), any other is ``ProviderConflict`` and
+  the pod is left alone.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client
@@ -56,6 +58,7 @@ class CreateOutcome:
     pending: PendingDelete | None = None
     deleted: tuple[str, str] | None = None
     stored_at: float = 0.0  # time.monotonic() when the API confirmed the pod stored
+    sent_at: float = 0.0  # time.monotonic() just before the create was sent
     version: str = ""  # the pod's resourceVersion in that answer
 
 
@@ -90,12 +93,14 @@ class PodCreator:
         hooks: DeleteHooks,
         ensure_started: Callable[[], object],
         note_stored: Callable[[str, str, float, str], None],
+        expect_late: Callable[[str, str, float], None],
     ) -> None:
         self._core, self._config, self._backend = core, config, backend
         self._calls, self._background = calls, background
         self._deleter, self._hooks = deleter, hooks
         self._ensure_started = ensure_started
         self._note_stored = note_stored
+        self._expect_late = expect_late
 
     async def create(self, spec: SandboxSpec) -> Handle:
         self._ensure_started()
@@ -124,6 +129,10 @@ class PodCreator:
         if outcome.deleted is not None:
             self._hooks.deleted(*outcome.deleted)
         if outcome.error is not None:
+            if outcome.sent_at and outcome.error.extra.get("stored") is False:
+                extra = outcome.error.extra
+                if "held_by_other" not in extra:  # absent, not taken: it may still land
+                    self._expect_late(extra["name"], extra["nonce"], outcome.sent_at)
             raise outcome.error
         if outcome.handle is None:
             raise ProviderError("create was not sent")
@@ -154,6 +163,7 @@ class PodCreator:
         if abandoned.is_set():
             return CreateOutcome()
         extra = {"name": spec.name, "nonce": spec.nonce, "namespace": self._config.namespace}
+        sent_at = time.monotonic()
         try:
             pod = self._core.create_namespaced_pod(
                 self._config.namespace, manifest, _request_timeout=self._config.request_timeout_s
@@ -172,9 +182,9 @@ class PodCreator:
                         exc,
                     )
                 )
-            return self._reclaim_sync(spec, exc)
+            return replace(self._reclaim_sync(spec, exc), sent_at=sent_at)
         except TRANSPORT_ERRORS as exc:
-            return self._reclaim_sync(spec, exc)
+            return replace(self._reclaim_sync(spec, exc), sent_at=sent_at)
         meta = _meta(pod)
         return CreateOutcome(
             handle=Handle(spec.name, spec.nonce, self._backend, uid=meta.uid or ""),

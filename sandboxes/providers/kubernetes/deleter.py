@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -33,6 +34,8 @@ from sandboxes.providers.kubernetes.config import TRANSPORT_ERRORS, KubernetesCo
 from sandman_site.errors import ProviderError
 
 log = logging.getLogger(__name__)
+
+_CONFIRMED_KEPT = 10_000
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class PodDeleter:
         self._is_terminating, self._was_gone = is_terminating, was_gone
         self._pending: dict[str, PendingDelete] = {}
         self._gone_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._confirmed: OrderedDict[str, None] = OrderedDict()  # uids told to on_deleted
         self._retrier: asyncio.Task[None] | None = None
         self._stopped = False
 
@@ -208,10 +212,16 @@ class PodDeleter:
     def _confirm(self, name: str, uid: str) -> None:
         self._pending.pop(name, None)
         self._forget_stored(name, uid)
-        self._hooks.deleted(name, uid)
         for waiter in self._gone_waiters.pop(name, []):
             if not waiter.done():
                 waiter.set_result(None)
+        if uid and uid in self._confirmed:
+            return  # told already (its DELETED event and our answer raced): never twice
+        if uid:
+            self._confirmed[uid] = None
+            while len(self._confirmed) > _CONFIRMED_KEPT:
+                self._confirmed.popitem(last=False)
+        self._hooks.deleted(name, uid)
 
     def pending_deletes(self) -> list[PendingDelete]:
         return list(self._pending.values())

@@ -8,6 +8,7 @@ uses, and forwards the ``Provider`` calls to them:
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
 * ``terminating.GoneTracker`` -- which pods are Terminating or gone (confirms deletes);
+* ``late.LateCreates`` -- creates found absent that may still land (deleted when they do);
 * ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
 * ``listing.PodLister`` -- ``list_owned``;
 * ``health.ExecdHealth`` -- the one place this backend calls execd.
@@ -29,6 +30,7 @@ Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,10 +48,13 @@ from sandboxes.providers.kubernetes.creator import PodCreator
 from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, PodDeleter
 from sandboxes.providers.kubernetes.health import ExecdHealth
 from sandboxes.providers.kubernetes.informer import PodInformer
+from sandboxes.providers.kubernetes.late import LateCreates
 from sandboxes.providers.kubernetes.listing import PodLister
 from sandboxes.providers.kubernetes.readiness import ReadinessTracker
 from sandboxes.providers.kubernetes.terminating import GoneTracker
 from sandman_site.errors import ProviderError
+
+log = logging.getLogger(__name__)
 
 
 class KubernetesProvider:
@@ -84,6 +89,7 @@ class KubernetesProvider:
         )
         hooks = DeleteHooks(on_pending, on_deleted)
         self._gone = GoneTracker(on_gone=lambda *pod: self._deleter.note_gone(*pod))
+        self._late = LateCreates(cfg, on_landed=self._late_landed)
         self._deleter = PodDeleter(
             core,
             cfg,
@@ -107,6 +113,7 @@ class KubernetesProvider:
             hooks=hooks,
             ensure_started=start,
             note_stored=self._readiness.note_stored,
+            expect_late=self._late.expect,
         )
         self._anchors = Anchors(
             core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
@@ -127,19 +134,32 @@ class KubernetesProvider:
             raise ProviderError("the kubernetes provider is closed")
         if self._loop is None:
             self._loop = loop
-            readiness, gone = self._readiness, self._gone
+            followers = (self._readiness, self._gone, self._late)
 
             def on_sync(pods: list[Any], started: float, version: str) -> None:
-                readiness.on_sync(pods, started, version)
-                gone.on_sync(pods, started, version)
+                for follower in followers:
+                    follower.on_sync(pods, started, version)
 
             def on_event(kind: str, pod: Any) -> None:
-                readiness.on_event(kind, pod)
-                gone.on_event(kind, pod)
+                for follower in followers:
+                    follower.on_event(kind, pod)
 
             self.informer = PodInformer(self.core, self.config, loop, on_sync, on_event)
             self.informer.start()
         return loop
+
+    def _late_landed(self, name: str, uid: str, nonce: str) -> None:
+        """A create found absent landed after all: own it (pending) and delete it."""
+        if self._closed:
+            return
+        self._deleter.add_pending(PendingDelete(name, uid, nonce))
+        self._background.spawn(self._delete_late(Handle(name, nonce, self.name, uid=uid)))
+
+    async def _delete_late(self, handle: Handle) -> None:
+        try:
+            await self._deleter.destroy(handle)
+        except ProviderError:
+            log.warning("late-landing pod %s stays pending deletion", handle.name, exc_info=True)
 
     # --- the Provider protocol ----------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> Handle:

@@ -27,9 +27,6 @@ MakeProvider = Callable[..., KubernetesProvider]
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(
-    strict=True, reason="a create whose read-back found nothing is forgotten: it lands ownerless"
-)
 @pytest.mark.parametrize("action", ["504_store_later", "reset_store_later"])
 async def test_a_create_that_lands_after_its_read_back_is_deleted_when_it_lands(
     make_cluster: MakeCluster, make_provider: MakeProvider, action: str
