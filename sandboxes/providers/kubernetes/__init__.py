@@ -5,9 +5,10 @@ over collaborators that each receive what they use. Module map: ``config`` (sett
 the API client builder), ``manifest`` (the pod), ``calls`` (the executor of client calls,
 background tasks), ``informer`` (the one list+watch and pod facts from raw JSON),
 ``readiness`` (the tracker behind ``wait_ready``), ``creator`` (create and its ambiguous
-outcomes), ``deleter`` (deletes and the pending set), ``anchors`` (owners and per-job
-anchors), ``listing`` (``list_owned``), ``health`` (execd's health: the one execd call),
-``provider`` (the facade).
+outcomes), ``deleter`` (deletes and the pending set), ``terminating`` (Terminating and
+gone pods: what confirms a delete), ``late`` (creates that may land after their read-back
+found nothing), ``anchors`` (owners and per-job anchors), ``listing`` (``list_owned``),
+``health`` (execd's health: the one execd call), ``provider`` (the facade).
 
 Rule a reader must not break: nothing above ``providers/`` imports a module of this
 package other than this one; the names below are its public surface.
