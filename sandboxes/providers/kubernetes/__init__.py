@@ -29,6 +29,7 @@ from sandboxes.providers.kubernetes.informer import (
     pod_is_ready,
     ready_info,
 )
+from sandboxes.providers.kubernetes.late import LateCreates
 from sandboxes.providers.kubernetes.manifest import (
     boot_command,
     build_pod_manifest,
@@ -42,6 +43,7 @@ __all__ = [
     "SELECTOR",
     "KubernetesConfig",
     "KubernetesProvider",
+    "LateCreates",
     "PendingDelete",
     "PodInformer",
     "boot_command",
