@@ -76,7 +76,7 @@ class Terminator:
         if resource_version and meta["resourceVersion"] != resource_version:
             raise StoreError(409, "Precondition failed: resourceVersion mismatch", "Conflict")
         if resource != "pods":
-            return self._finish(resource, namespace, name, meta["uid"], 0)
+            return self._finish(resource, namespace, name, meta["uid"])
         grace = _grace_of(obj, grace_s)
         status = obj.get("status") or {}
         if not (obj.get("spec") or {}).get("nodeName") or status.get("phase") in (
@@ -95,7 +95,7 @@ class Terminator:
             return pod  # already Terminating at least this soon: the clock is not restarted
         if grace == 0:
             self._kill_at.pop(uid, None)
-            return self._finish("pods", ns, name, uid, 0)
+            return self._finish("pods", ns, name, uid)
         self._kill_at[uid] = now + grace
         stamp = rfc3339(self.sim.datetime(now + grace))
 
@@ -122,7 +122,7 @@ class Terminator:
         if (pod.get("spec") or {}).get("nodeName") in self.partitioned:
             return  # cut off from the API: heal() resumes it
         del self._kill_at[uid]
-        self._finish("pods", namespace, name, uid, 0)
+        self._finish("pods", namespace, name, uid)
 
     def partition(self, node: str) -> None:
         """Cut ``node``'s kubelet off: its Terminating pods stay until heal() or a force."""
@@ -147,7 +147,7 @@ class Terminator:
         return resumed
 
     # --- the end: gone, or held by finalizers -------------------------------------------------
-    def _finish(self, resource: str, namespace: str, name: str, uid: str, _grace: int) -> Obj:
+    def _finish(self, resource: str, namespace: str, name: str, uid: str) -> Obj:
         obj = self.store.get(resource, namespace, name)
         assert obj is not None
         if not obj["metadata"].get("finalizers"):
