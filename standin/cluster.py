@@ -46,6 +46,7 @@ from standin.sim import Simulation
 from standin.stats import RequestStats
 from standin.status import rfc3339
 from standin.store import Listener, Store
+from standin.termination import Terminator
 
 T = TypeVar("T")
 
@@ -190,12 +191,16 @@ class StandinCluster:
             default_image_bytes=self.default_image_bytes,
             execd=self.execd,
         )
+        self.terminator = Terminator(store=self.store, sim=self.sim)
         self.gc = GarbageCollector(
             store=self.store,
             sim=self.sim,
             events=self.events_log,
             delay_s=self.timings.gc_s,
             absent_owners=self.gc_absent_owners,
+            delete=lambda resource, ns, name, uid: self.terminator.delete(
+                resource, ns, name, uid=uid
+            ),
         )
         self.store.listeners += [self.kubelet, self.gc]
         self.api = ApiServer(
@@ -206,6 +211,8 @@ class StandinCluster:
             gone_mode=self.gone_mode,
             bookmark_interval_s=self.bookmark_interval_s,
             precise_now=lambda: rfc3339(self.sim.datetime(), precise=True),
+            terminator=self.terminator,
+            schedule=self.sim.after,
         )
         app = web.Application(client_max_size=16 * 2**20)
         self.api.routes(app)
@@ -289,7 +296,16 @@ class StandinCluster:
         return self._call(self._put_pod, namespace, body)
 
     def delete_pod(self, namespace: str, name: str) -> None:
+        """Remove a pod at once, as a force delete (grace 0) by another actor would."""
         self._call(self.store.delete, "pods", namespace, name)
+
+    def partition_node(self, name: str) -> None:
+        """Cut the node's kubelet off the API: its Terminating pods stay Terminating."""
+        self._call(self.terminator.partition, name)
+
+    def heal_node(self, name: str) -> int:
+        """Reconnect the node's kubelet; returns how many pod kills it resumes."""
+        return self._call(self.terminator.heal, name)
 
     def add_store_listener(self, listener: Listener) -> None:
         """Tell ``listener`` of every create and delete in the store from now on."""

@@ -131,6 +131,8 @@ class Kubelet:
         pod = self.store.get("pods", s.namespace, s.name)
         if pod is None or pod["metadata"]["uid"] != s.uid or s.done:
             return None
+        if pod["metadata"].get("deletionTimestamp"):
+            return None  # Terminating: no stage moves it forward any more
         return pod
 
     def _update(self, s: PodSim, mutate: Any) -> Obj | None:

@@ -8,9 +8,12 @@ after the store changed:
 
 create: ``403`` (nothing stored), ``409`` (answer AlreadyExists, nothing stored),
     ``500_before_store``, ``504_after_store``, ``reset_before_store``,
-    ``reset_after_store`` (the reply is lost: connection aborted), ``429`` (API Priority
-    and Fairness sheds it: nothing stored, ``Retry-After``), ``webhook_timeout`` (a
-    validating admission webhook timed out: 500, nothing stored).
+    ``reset_after_store`` (the reply is lost: connection aborted), ``504_store_later`` /
+    ``reset_store_later`` (answer 504 / drop the connection with nothing stored, then store
+    the pod ``delay_s`` simulated seconds later: a create the API server committed after
+    its request had timed out), ``429`` (API Priority and Fairness sheds it: nothing
+    stored, ``Retry-After``), ``webhook_timeout`` (a validating admission webhook timed
+    out: 500, nothing stored).
 list, watch: ``429`` (shed before any item is read; ``Retry-After: retry_after_s``);
     watch: ``drop`` (the stream's connection breaks after its initial events).
 delete: ``500_not_applied``, ``reset_after_apply`` (applied, reply lost),
@@ -40,6 +43,8 @@ ACTIONS: dict[str, frozenset[str]] = {
             "reset_after_store",
             "429",
             "webhook_timeout",
+            "504_store_later",
+            "reset_store_later",
         }
     ),
     "list": frozenset({"429"}),
@@ -63,6 +68,7 @@ class Plan:
     resource: str = "pods"  # what it applies to: "pods", "secrets", "configmaps"
     fired: int = 0
     names: list[str] = field(default_factory=list)
+    delay_s: float = 0.0  # the ``*_store_later`` actions: simulated seconds until stored
 
     def applies(self, name: str, labels: Mapping[str, str], resource: str = "pods") -> bool:
         if resource != self.resource:
@@ -96,6 +102,7 @@ class PlanRegistry:
         times: int | None = 1,
         retry_after_s: int = 1,
         resource: str = "pods",
+        delay_s: float = 0.0,
     ) -> Plan:
         if action not in ACTIONS.get(verb, frozenset()):
             raise ValueError(f"unknown plan {verb}/{action}; known: {ACTIONS}")
@@ -108,6 +115,7 @@ class PlanRegistry:
             times=times,
             retry_after_s=retry_after_s,
             resource=resource,
+            delay_s=delay_s,
         )
         with self._lock:
             self._plans.append(plan)

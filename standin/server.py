@@ -32,8 +32,10 @@ from standin.selectors import SelectorError, parse_field_selector, parse_label_s
 from standin.stats import RequestStats
 from standin.status import status_body
 from standin.store import CLOSE, KINDS, Gone, Store, StoreError, Watcher
+from standin.termination import Terminator
 
 JSON = "application/json"
+DELETION_FIELDS = ("deletionTimestamp", "deletionGracePeriodSeconds")
 PATCH_TYPES = (
     "application/merge-patch+json",
     "application/strategic-merge-patch+json",
@@ -60,8 +62,12 @@ class ApiServer:
         gone_mode: str = "event",
         bookmark_interval_s: float | None = None,
         precise_now: Callable[[], str] | None = None,
+        terminator: Terminator | None = None,
+        schedule: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
+        self.schedule = schedule  # run later on the simulated clock (late-landing creates)
         self.precise_now = precise_now
+        self.terminator = terminator  # graceful deletion; None: a DELETE removes at once
         self.store, self.gates, self.plans, self.stats = store, gates, plans, stats
         self.gone_mode = gone_mode
         self.bookmark_interval_s = bookmark_interval_s
@@ -289,6 +295,13 @@ class ApiServer:
             return _error(500, "Internal error occurred: failure plan")
         if action == "reset_before_store":
             return self._reset(request)
+        if plan is not None and action in ("504_store_later", "reset_store_later"):
+            self._store_later(plan.delay_s, ns, body)
+            if action == "reset_store_later":
+                return self._reset(request)
+            return _error(
+                504, "Timeout: request did not complete within requested timeout", reason="Timeout"
+            )
         if resource == "pods":
             refused = self._admit_pod(ns, name, body)
             if refused is not None:
@@ -334,6 +347,20 @@ class ApiServer:
         if refusal:
             return _error(403, refusal, reason="Forbidden", name=name, kind="pods")
         return None
+
+    def _store_later(self, delay_s: float, ns: str, body: dict[str, Any]) -> None:
+        """The request timed out, its write did not: commit the pod ``delay_s`` later."""
+        if self.schedule is None:
+            raise RuntimeError("a *_store_later plan needs the cluster's simulation")
+
+        def store() -> None:
+            prepare_pod(body)
+            try:
+                self.store.create("pods", ns, body)
+            except StoreError:  # the name was taken meanwhile: the late write fails
+                return
+
+        self.schedule(delay_s, store)
 
     async def patch(self, request: web.Request) -> web.StreamResponse:
         resource = self._resource(request)
@@ -388,16 +415,18 @@ class ApiServer:
             )
 
         def apply(obj: dict[str, Any]) -> None:
-            keep = {
-                k: obj["metadata"][k]
-                for k in ("uid", "creationTimestamp", "generation")
-                if k in obj["metadata"]
-            }
+            server_set = ("uid", "creationTimestamp", "generation", *DELETION_FIELDS)
+            keep = {k: obj["metadata"][k] for k in server_set if k in obj["metadata"]}
             obj.clear()
             obj.update(patched)
+            for k in DELETION_FIELDS:  # only a DELETE sets these, never a client's patch
+                obj["metadata"].pop(k, None)
             obj["metadata"].update(keep)
 
-        return web.json_response(self.store.update(resource, ns, name, apply))
+        updated = self.store.update(resource, ns, name, apply)
+        if self.terminator is not None:  # the last finalizer gone: a pending deletion ends
+            self.terminator.after_update(resource, ns, name)
+        return web.json_response(updated)
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         resource = self._resource(request)
@@ -410,6 +439,13 @@ class ApiServer:
         except json.JSONDecodeError:
             return _error(400, "the request body is not JSON")
         pre = (options or {}).get("preconditions") or {}
+        grace = (options or {}).get("gracePeriodSeconds")
+        if grace is None and request.query.get("gracePeriodSeconds"):
+            grace = request.query["gracePeriodSeconds"]
+        try:
+            grace_s = None if grace is None else int(grace)
+        except (TypeError, ValueError):
+            return _error(400, f"gracePeriodSeconds must be an integer, not {grace!r}")
         self.stats.record("delete", resource, ns, name)
         current = self.store.get(resource, ns, name)
         labels = (current or {}).get("metadata", {}).get("labels") or {}
@@ -426,9 +462,23 @@ class ApiServer:
         if action == "hang_not_applied":
             await self._hang()
         try:
-            gone = self.store.delete(
-                resource, ns, name, uid=pre.get("uid"), resource_version=pre.get("resourceVersion")
-            )
+            if self.terminator is not None:
+                gone = self.terminator.delete(
+                    resource,
+                    ns,
+                    name,
+                    uid=pre.get("uid"),
+                    resource_version=pre.get("resourceVersion"),
+                    grace_s=grace_s,
+                )
+            else:
+                gone = self.store.delete(
+                    resource,
+                    ns,
+                    name,
+                    uid=pre.get("uid"),
+                    resource_version=pre.get("resourceVersion"),
+                )
         except StoreError as exc:
             return _error(exc.code, exc.message, reason=exc.reason, name=name, kind=resource)
         await self.gates.hold(

@@ -8,6 +8,9 @@ Rules a reader must not break:
   exists before its first anchor is created and is marked drained only after its anchor
   is deleted, so an anchor listed before the database is read belongs to a live job or to
   none.
+* A Terminating sandbox (``OwnedSandbox.terminating``: deleted, not gone yet) is never
+  ownerless: somebody already deleted it, and a second delete or an incident draft for it
+  would be false. It is counted as ``terminating``.
 * The sweep is idempotent and returns counts (also kept in ``last_sweep``). What it found
   goes out through :class:`ControllerHooks` (run on a database thread); a hook that raises
   is logged and counted in ``hook_failures``, never silently skipped.
@@ -50,12 +53,14 @@ class Sweeper:
         owned = await self._state.provider.list_owned()  # listed BEFORE reading the database
         names = [o.name for o in owned]
         with_rows = await self._tasks.db(queries.names_with_rows, names=names, since=now)
-        ownerless = [o for o in owned if o.name not in with_rows]
+        terminating = [o for o in owned if o.terminating and o.name not in with_rows]
+        ownerless = [o for o in owned if o.name not in with_rows and not o.terminating]
         deleted, failed = await self._delete_ownerless(ownerless, now)
         report: dict[str, Any] = {
             "listed": len(owned),
-            "owned": len(owned) - len(ownerless),
+            "owned": len(owned) - len(ownerless) - len(terminating),
             "ownerless": len(ownerless),
+            "terminating": len(terminating),
             "deleted": deleted,
             "failed": failed,
             "names": [o.name for o in ownerless],

@@ -99,6 +99,7 @@ class OwnedSandbox:
     role: str
     phase: str
     created: dt.datetime | None = None
+    terminating: bool = False  # deleted, not gone yet (Kubernetes: deletionTimestamp set)
 
 
 @runtime_checkable

@@ -5,10 +5,12 @@ over collaborators that each receive what they use. Module map: ``config`` (sett
 the API client builder), ``manifest`` (the pod), ``calls`` (the executor of client calls,
 background tasks), ``informer`` (the one list+watch and pod facts from raw JSON),
 ``readiness`` (the tracker behind ``wait_ready``), ``creator`` (create and its ambiguous
-outcomes), ``deleter`` (deletes and the pending set), ``anchors`` (owners and per-job
-anchors), ``listing`` (``list_owned``), ``paging`` (lists in pages), ``retry`` (which
-refusals are sent again, and when), ``health`` (execd's health: the one execd call),
-``provider`` (the facade).
+outcomes), ``deleter`` (deletes and the pending set), ``terminating`` (Terminating and
+gone pods: what confirms a delete), ``late`` (creates that may land after their read-back
+found nothing), ``anchors`` (owners and per-job anchors), ``jobsecrets`` (the per-job
+execd-key Secret), ``listing`` (``list_owned``), ``paging`` (lists in pages), ``retry``
+(which refusals are sent again, and when), ``health`` (execd's health: the one execd
+call), ``provider`` (the facade).
 
 Rule a reader must not break: nothing above ``providers/`` imports a module of this
 package other than this one; the names below are its public surface.
@@ -29,6 +31,7 @@ from sandboxes.providers.kubernetes.informer import (
     pod_is_ready,
     ready_info,
 )
+from sandboxes.providers.kubernetes.late import LateCreates
 from sandboxes.providers.kubernetes.manifest import (
     boot_command,
     build_pod_manifest,
@@ -43,6 +46,7 @@ __all__ = [
     "SELECTOR",
     "KubernetesConfig",
     "KubernetesProvider",
+    "LateCreates",
     "PendingDelete",
     "PodInformer",
     "boot_command",

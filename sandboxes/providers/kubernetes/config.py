@@ -42,8 +42,13 @@ class KubernetesConfig:
     topology_spread: bool = True  # False only to measure its effect (bench/k8s_burst.py)
     drop_all_capabilities: bool = False  # ALL breaks images that chown or setuid as root
     termination_grace_s: int = 5
+    # How long ``destroy`` waits for a Terminating pod to be gone (DELETED) before leaving
+    # it pending; None: its grace period plus ``request_timeout_s``.
+    delete_confirm_s: float | None = None
     max_workers: int = 16
     request_timeout_s: float = 30.0
+    # kube-apiserver's --request-timeout: after a 504 a create may land until then.
+    server_request_timeout_s: float = 60.0
     watch_timeout_s: int = 300
     verify_health: bool = True
     health_timeout_s: float = 2.0

@@ -7,9 +7,11 @@ Rules a reader must not break (paper §4.4, Appendix F, Table 2 rows 1 and 2):
   for the answer and deletes whatever got stored, holding it in its pending set meanwhile.
 * After a 5xx or a transport error the pod is read back by name and deleted with a UID
   precondition only if it carries this create's nonce; then ``ProviderAmbiguous`` with
-  the identity and the HTTP status in ``extra``. A 403 or another 4xx sends no read and no
-  delete. A 409 reads the holder: our nonce means an earlier attempt of this very create
-  (adopted), any other is ``ProviderConflict`` and the pod is left alone.
+  the identity and the HTTP status in ``extra``. A read-back that finds nothing is not the
+  end: the create may still land, so it is handed to ``expect_late`` (``late.LateCreates``).
+  A 403 or another 4xx sends no read and no delete. A 409 reads the holder: our nonce means
+  an earlier attempt of this very create (adopted), any other is ``ProviderConflict`` and
+  the pod is left alone.
 * A 429 (shed, nothing stored) is sent again with the same name and nonce after its
   ``Retry-After``, an exceeded-quota 403 after a backoff (``retry.py`` decides both; the
   wait is the provider's injected ``sleep``, on the loop, between work items). A 422 is
@@ -24,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client
@@ -67,6 +69,7 @@ class CreateOutcome:
     pending: PendingDelete | None = None
     deleted: tuple[str, str] | None = None
     stored_at: float = 0.0  # time.monotonic() when the API confirmed the pod stored
+    sent_at: float = 0.0  # time.monotonic() just before the create was sent
     version: str = ""  # the pod's resourceVersion in that answer
     retry_in: float | None = None  # refused with nothing stored: send again after this
 
@@ -104,6 +107,7 @@ class PodCreator:
         note_stored: Callable[[str, str, float, str], None],
         retry: RetryPolicy,
         sleep: Callable[[float], Awaitable[None]],
+        expect_late: Callable[[str, str, float], None],
     ) -> None:
         self._core, self._config, self._backend = core, config, backend
         self._calls, self._background = calls, background
@@ -111,6 +115,7 @@ class PodCreator:
         self._ensure_started = ensure_started
         self._note_stored = note_stored
         self._retry, self._sleep = retry, sleep
+        self._expect_late = expect_late
 
     async def create(self, spec: SandboxSpec) -> Handle:
         self._ensure_started()
@@ -119,10 +124,14 @@ class PodCreator:
         while True:
             outcome = await self._send(manifest, spec, attempt)
             if outcome.retry_in is None:
-                return self._finish(outcome)
+                break
             # Nothing was stored: cancelled while waiting, there is nothing to clean up.
             await self._sleep(outcome.retry_in)
             attempt += 1
+        if outcome.pending is not None and outcome.pending.terminating:
+            if await self._deleter.await_gone(outcome.pending):  # reclaimed means gone
+                outcome.pending = None  # confirmed (and reported) by the deleter
+        return self._finish(outcome)
 
     async def _send(self, manifest: client.V1Pod, spec: SandboxSpec, attempt: int) -> CreateOutcome:
         """One send of the create, run to settlement even if the caller is cancelled."""
@@ -149,6 +158,10 @@ class PodCreator:
         if outcome.deleted is not None:
             self._hooks.deleted(*outcome.deleted)
         if outcome.error is not None:
+            if outcome.sent_at and outcome.error.extra.get("stored") is False:
+                extra = outcome.error.extra
+                if "held_by_other" not in extra:  # absent, not taken: it may still land
+                    self._expect_late(extra["name"], extra["nonce"], outcome.sent_at)
             raise outcome.error
         if outcome.handle is None:
             raise ProviderError("create was not sent")
@@ -178,6 +191,7 @@ class PodCreator:
     ) -> CreateOutcome:
         if abandoned.is_set():
             return CreateOutcome()
+        sent_at = time.monotonic()
         try:
             pod = self._core.create_namespaced_pod(
                 self._config.namespace, manifest, _request_timeout=self._config.request_timeout_s
@@ -191,9 +205,9 @@ class PodCreator:
                 if delay is not None:
                     return CreateOutcome(retry_in=delay)
                 return CreateOutcome(error=self._refused(spec, exc, attempt))
-            return self._reclaim_sync(spec, exc)
+            return replace(self._reclaim_sync(spec, exc), sent_at=sent_at)
         except TRANSPORT_ERRORS as exc:
-            return self._reclaim_sync(spec, exc)
+            return replace(self._reclaim_sync(spec, exc), sent_at=sent_at)
         meta = _meta(pod)
         return CreateOutcome(
             handle=Handle(spec.name, spec.nonce, self._backend, uid=meta.uid or ""),
@@ -316,12 +330,19 @@ class PodCreator:
         uid = pod.uid or ""
         extra.update(stored=True, uid=uid)
         try:
-            self._deleter.delete_sync(spec.name, uid)
+            how = self._deleter.delete_sync(spec.name, uid)
         except Unconfirmed as exc:
             extra.update(reclaimed=False, pending_delete=True)
             pending = PendingDelete(spec.name, uid, spec.nonce, last_error=str(exc))
             return CreateOutcome(
                 error=_err(ProviderAmbiguous, message + "; delete pending", extra, cause),
+                pending=pending,
+            )
+        if how == "deleted":  # accepted: Terminating until gone, which confirms it
+            extra.update(reclaimed=True, terminating=True)
+            pending = PendingDelete(spec.name, uid, spec.nonce, terminating=True)
+            return CreateOutcome(
+                error=_err(ProviderAmbiguous, message + "; stored pod deleted", extra, cause),
                 pending=pending,
             )
         extra.update(reclaimed=True)

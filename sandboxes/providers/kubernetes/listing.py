@@ -47,6 +47,7 @@ def owned_sandbox(pod: dict[str, Any]) -> OwnedSandbox:
         role=labels.get(L.ROLE, ""),
         phase=(pod.get("status") or {}).get("phase") or "",
         created=_created(meta.get("creationTimestamp")),
+        terminating=meta.get("deletionTimestamp") is not None,
     )
 
 

@@ -7,6 +7,8 @@ uses, and forwards the ``Provider`` calls to them:
 * ``readiness.ReadinessTracker`` -- the informer's cache, waiters, ``wait_ready``;
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
+* ``terminating.GoneTracker`` -- which pods are Terminating or gone (confirms deletes);
+* ``late.LateCreates`` -- creates found absent that may still land (deleted when they do);
 * ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
 * ``jobsecrets.JobSecrets`` -- the per-job Secret with the execd key (ensured before a create);
 * ``listing.PodLister`` -- ``list_owned`` (paged, ``paging.PodPages``);
@@ -20,7 +22,8 @@ Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
 * After a 5xx or a transport error the pod is read back by name and deleted (UID
   precondition) only if it carries this create's nonce. A 4xx sends no read and no
   delete; a 409 for a pod without our nonce is ``ProviderConflict`` and it is left alone.
-* ``destroy`` is idempotent; an unconfirmed delete stays pending until confirmed.
+* ``destroy`` is idempotent; an unconfirmed delete stays pending until confirmed, and a
+  delete is confirmed only when the pod is gone (DELETED or 404), never at a 2xx.
 * The informer starts on the first call that needs the cluster and serves only the event
   loop of that call; once closed, every such call raises ``ProviderError``. ``sleep`` is
   the only clock of backoffs and readiness budgets.
@@ -29,6 +32,7 @@ Ownership rules a reader must not break (paper §4.4, Appendix F; ``base.py``):
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,10 +51,14 @@ from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, P
 from sandboxes.providers.kubernetes.health import ExecdHealth
 from sandboxes.providers.kubernetes.informer import PodInformer
 from sandboxes.providers.kubernetes.jobsecrets import JobSecrets
+from sandboxes.providers.kubernetes.late import LateCreates
 from sandboxes.providers.kubernetes.listing import PodLister
 from sandboxes.providers.kubernetes.readiness import ReadinessTracker
 from sandboxes.providers.kubernetes.retry import RetryPolicy
+from sandboxes.providers.kubernetes.terminating import GoneTracker
 from sandman_site.errors import ProviderError
+
+log = logging.getLogger(__name__)
 
 
 class KubernetesProvider:
@@ -84,6 +92,8 @@ class KubernetesProvider:
             cfg, ensure_started=start, health=self._health.check, sleep=sleep
         )
         hooks = DeleteHooks(on_pending, on_deleted)
+        self._gone = GoneTracker(on_gone=lambda *pod: self._deleter.note_gone(*pod))
+        self._late = LateCreates(cfg, on_landed=self._late_landed)
         self._deleter = PodDeleter(
             core,
             cfg,
@@ -94,6 +104,8 @@ class KubernetesProvider:
             forget_stored=self._readiness.forget_stored,
             sleep=sleep,
             backoff=backoff,
+            is_terminating=self._gone.terminating,
+            was_gone=self._gone.was_gone,
         )
         retry = RetryPolicy(cfg, backoff)
         self._creator = PodCreator(
@@ -108,6 +120,7 @@ class KubernetesProvider:
             note_stored=self._readiness.note_stored,
             retry=retry,
             sleep=sleep,
+            expect_late=self._late.expect,
         )
         self._anchors = Anchors(
             core, cfg, calls=calls, ensure_started=start, sleep=sleep, backoff=backoff
@@ -137,11 +150,32 @@ class KubernetesProvider:
             raise ProviderError("the kubernetes provider is closed")
         if self._loop is None:
             self._loop = loop
-            self.informer = PodInformer(
-                self.core, self.config, loop, self._readiness.on_sync, self._readiness.on_event
-            )
+            followers = (self._readiness, self._gone, self._late)
+
+            def on_sync(pods: list[Any], started: float, version: str) -> None:
+                for follower in followers:
+                    follower.on_sync(pods, started, version)
+
+            def on_event(kind: str, pod: Any) -> None:
+                for follower in followers:
+                    follower.on_event(kind, pod)
+
+            self.informer = PodInformer(self.core, self.config, loop, on_sync, on_event)
             self.informer.start()
         return loop
+
+    def _late_landed(self, name: str, uid: str, nonce: str) -> None:
+        """A create found absent landed after all: own it (pending) and delete it."""
+        if self._closed:
+            return
+        self._deleter.add_pending(PendingDelete(name, uid, nonce))
+        self._background.spawn(self._delete_late(Handle(name, nonce, self.name, uid=uid)))
+
+    async def _delete_late(self, handle: Handle) -> None:
+        try:
+            await self._deleter.destroy(handle)
+        except ProviderError:
+            log.warning("late-landing pod %s stays pending deletion", handle.name, exc_info=True)
 
     # --- the Provider protocol ----------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> Handle:
