@@ -33,7 +33,9 @@ def _is_test_module(name: str) -> bool:
 def graph() -> grimp.ImportGraph:
     sys.path.insert(0, str(ROOT))
     try:
-        return grimp.build_graph(*PRODUCT, "standin", include_external_packages=True, cache_dir=None)
+        return grimp.build_graph(
+            *PRODUCT, "standin", include_external_packages=True, cache_dir=None
+        )
     finally:
         sys.path.remove(str(ROOT))
 
