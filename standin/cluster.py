@@ -73,6 +73,7 @@ class StandinCluster:
         gone_mode: str = "event",
         bookmark_interval_s: float | None = None,
         gc_absent_owners: bool = True,
+        event_ttl_s: float = 3600.0,
         host: str = "127.0.0.1",
         port: int = 0,
         epoch: dt.datetime | None = None,
@@ -91,6 +92,7 @@ class StandinCluster:
         self.history_limit, self.gone_mode = history_limit, gone_mode
         self.bookmark_interval_s = bookmark_interval_s
         self.gc_absent_owners = gc_absent_owners
+        self.event_ttl_s = event_ttl_s
         self.host, self.port, self._epoch = host, port, epoch
         self.gates = GateRegistry()
         self.plans = PlanRegistry()
@@ -169,7 +171,12 @@ class StandinCluster:
             history_limit=self.history_limit,
             rng=random.Random(self.seed + 1),
         )
-        self.events_log = EventLog(lambda: rfc3339(self.sim.datetime(), precise=True))
+        self.events_log = EventLog(
+            lambda: self.sim.now,
+            self.sim.datetime,
+            store=Store(now=lambda: rfc3339(self.sim.datetime()), rng=random.Random(self.seed + 2)),
+            ttl_s=self.event_ttl_s,
+        )
         self.scheduler = Scheduler(make_nodes(self._nodes_arg))
         python, pythonpath = self._execd_args
         self.execd = ExecdRunner(python=python, pythonpath=pythonpath) if self.run_execd else None
@@ -202,7 +209,7 @@ class StandinCluster:
             stats=self.stats,
             gone_mode=self.gone_mode,
             bookmark_interval_s=self.bookmark_interval_s,
-            precise_now=lambda: rfc3339(self.sim.datetime(), precise=True),
+            events=self.events_log,
         )
         app = web.Application(client_max_size=16 * 2**20)
         self.api.routes(app)

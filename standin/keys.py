@@ -2,10 +2,11 @@
 
 The stand-in plays a cluster: it knows label selectors and the pod fields a client sends,
 not Sandman. The few keys below are the contract with whatever client drives it -- the
-env var that carries a pod's execd token, the annotation that says where a real execd
-listens, and the timing stamps its simulated kubelet writes -- so they are spelled out
-here instead of imported from the service (``standin/tests/test_isolation.py`` checks
-that they still match what Sandman's Kubernetes provider reads).
+env var that carries a pod's execd token and the annotation that says where a real execd
+listens -- so they are spelled out here instead of imported from the service
+(``standin/tests/test_isolation.py`` checks that they still match what Sandman's
+Kubernetes provider reads). Stage timings are never stamped on pods: the stand-in tells
+them as a cluster does, in core/v1 Events (``events.py``).
 
 Never change a value here alone: the provider under test reads these names.
 """
@@ -18,17 +19,6 @@ EXECD_TOKEN_ENV = "SANDMAN_EXECD_TOKEN"
 # Written on a pod when its real execd listens elsewhere than the configured port.
 EXECD_PORT_ANNOTATION = "sandman.dev/execd-port"
 
-# Timing stamps the simulated kubelet and API server write on pods (RFC 3339,
-# microseconds). A real cluster sets none of them.
-PREFIX = "standin.sandman.dev/"
-CREATED_AT = PREFIX + "created-at"
-SCHEDULED_AT = PREFIX + "scheduled-at"
-ADDRESS_ASSIGNED_AT = PREFIX + "address-assigned-at"
-ADDRESS_FAILURES = PREFIX + "address-failures"
-PULLED_AT = PREFIX + "pulled-at"
-IMAGE_PRESENT = PREFIX + "image-present"
-PULL_MS = PREFIX + "pull-ms"
-STARTED_AT = PREFIX + "started-at"
-READY_AT = PREFIX + "ready-at"
-# Input: the image size in bytes the stand-in uses for a simulated pull.
-IMAGE_BYTES = PREFIX + "image-bytes"
+# Input a test may put on a pod: the image size in bytes the stand-in uses for a simulated
+# pull. Only the stand-in reads it; what happened comes back as core/v1 Events.
+IMAGE_BYTES = "standin.sandman.dev/image-bytes"

@@ -8,14 +8,18 @@ Stage order for every pod, each stage one simulation event:
     execd ``/health`` with ``run_execd``) -> Ready (gate ``ready``; ContainersReady, Ready)
 
 Invariants: every stage re-reads the pod and stops if it is gone or was replaced by a pod
-with another uid; the stamps of each stage go into ``standin.sandman.dev/*-at``
-annotations (microseconds) and the conditions (whole seconds, as the API server writes).
-Pod plans ``fail_start`` / ``never_ready`` are taken once per pod at the start stage.
+with another uid; what a stage did is told only the way a cluster tells it -- the pod's
+conditions and status (whole seconds, as the API server writes) and core/v1 Events with
+the scheduler's and kubelet's reasons and messages (``events.py``; formats of
+kube-scheduler's ``schedule_one.go`` and the kubelet's ``images/image_manager.go`` and
+``kuberuntime_container.go``). The pod carries no stand-in-only stamps. Pod plans
+``fail_start`` / ``never_ready`` are taken once per pod at the start stage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 from collections.abc import Mapping
@@ -25,7 +29,7 @@ from typing import Any
 import aiohttp
 
 from standin import keys as K
-from standin.events import EventLog
+from standin.events import SCHEDULER, EventLog, go_duration
 from standin.execd_runner import ExecdRunner, ExecdStartError
 from standin.gates import GateContext, GateRegistry
 from standin.plans import PlanRegistry
@@ -110,9 +114,6 @@ class Kubelet:
         self._http: aiohttp.ClientSession | None = None
 
     # --- helpers ----------------------------------------------------------------------------
-    def _stamp(self, t: float | None = None) -> str:
-        return rfc3339(self.sim.datetime(t), precise=True)
-
     def _when(self, t: float | None = None) -> str:
         return rfc3339(self.sim.datetime(t))
 
@@ -147,7 +148,15 @@ class Kubelet:
             return
         s.done = True
         self.scheduler.release(s.node, uid)
-        self.events.add("Killing", obj, "Stopping container sandbox", node=s.node)
+        if s.node is not None:
+            name = main_container(obj).get("name", "sandbox")
+            self.events.add(
+                "Killing",
+                obj,
+                f"Stopping container {name}",
+                node=s.node,
+                field_path=f"spec.containers{{{name}}}",
+            )
         if s.execd_key and self.execd is not None:
             self.sim.spawn(self.execd.stop(s.execd_key))
         if any(p.node is None for p in self.sims.values()):
@@ -180,20 +189,26 @@ class Kubelet:
                         p["status"], "PodScheduled", False, when, "Unschedulable"
                     ),
                 )
-                self.events.add("FailedScheduling", pod, "0 nodes are available", type="Warning")
+                n = len(self.scheduler.nodes)
+                self.events.add(
+                    "FailedScheduling",
+                    pod,
+                    f"0/{n} nodes are available: {n} Insufficient cpu. preemption: 0/{n} nodes"
+                    f" are available: {n} No preemption victims found for incoming pod.",
+                    type="Warning",
+                    component=SCHEDULER,
+                )
             return
         s.node = node.name
         self.scheduler.bind(node, pod, self.sim.now)
-        stamp = self._stamp()
 
         def bound(p: Obj) -> None:
             p["spec"]["nodeName"] = node.name
-            annotations_of(p)[K.SCHEDULED_AT] = stamp
             set_condition(p["status"], "PodScheduled", True, when)
 
         self._update(s, bound)
         message = f"Successfully assigned {s.namespace}/{s.name} to {node.name}"
-        self.events.add("Scheduled", pod, message, node=node.name)
+        self.events.add("Scheduled", pod, message, component=SCHEDULER)
         self.sim.after(self.timings.address_s, self._assign_address, s)
 
     # --- address, image, start --------------------------------------------------------------
@@ -207,17 +222,22 @@ class Kubelet:
             s.address_failures += 1
             node.address_failures += 1
             self.address_failures_by_pod[s.name] = s.address_failures
+            # A new sandbox id per attempt (hashed: the seeded RNG's draws stay as they were).
+            attempt = f"{s.uid}/{s.address_failures}".encode()
+            sandbox = hashlib.sha256(attempt).hexdigest()
             self.events.add(
                 "FailedCreatePodSandBox",
                 pod,
-                "Failed to create pod sandbox: failed to assign an IP address to container",
+                "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup"
+                f' network for sandbox "{sandbox}": plugin type="aws-cni" name="aws-cni"'
+                " failed (add): add cmd: failed to assign an IP address to container",
                 type="Warning",
                 node=node.name,
             )
             self.sim.after(self.timings.address_retry_s, self._assign_address, s)
             return
         ip = "127.0.0.1" if self.execd is not None else node.next_pod_ip()
-        stamp, when, failures = self._stamp(), self._when(), s.address_failures
+        when = self._when()
 
         def addressed(p: Obj) -> None:
             st = p["status"]
@@ -228,15 +248,24 @@ class Kubelet:
                 hostIPs=[{"ip": node.ip}],
                 startTime=when,
             )
-            ann = annotations_of(p)
-            ann[K.ADDRESS_ASSIGNED_AT] = stamp
-            ann[K.ADDRESS_FAILURES] = str(failures)
 
         self._update(s, addressed)
         self._pull(s, pod, node)
 
     def _pull(self, s: PodSim, pod: Obj, node: Any) -> None:
-        image = main_container(pod).get("image", "")
+        for init in pod["spec"].get("initContainers") or []:  # carrier images: cached
+            path, name = f"spec.initContainers{{{init.get('name')}}}", init.get("name")
+            present = f'Container image "{init.get("image")}" already present on machine'
+            self.events.add("Pulled", pod, present, node=node.name, field_path=path)
+            self.events.add(
+                "Created", pod, f"Created container: {name}", node=node.name, field_path=path
+            )
+            self.events.add(
+                "Started", pod, f"Started container {name}", node=node.name, field_path=path
+            )
+        main = main_container(pod)
+        image = main.get("image", "")
+        path = f"spec.containers{{{main.get('name', 'sandbox')}}}"
         ann = pod["metadata"].get("annotations") or {}
         size = int(ann.get(K.IMAGE_BYTES) or self.images.get(image) or self.default_image_bytes)
         now = self.sim.now
@@ -248,6 +277,7 @@ class Kubelet:
                 pod,
                 f'Container image "{image}" already present on machine',
                 node=node.name,
+                field_path=path,
             )
         else:
             s.image_present = False
@@ -256,11 +286,22 @@ class Kubelet:
                 node.images[image] = now + pull_s
             else:  # another pod is pulling it: wait for that pull
                 pull_s = ready_at - now
-            self.events.add("Pulling", pod, f'Pulling image "{image}"', node=node.name)
-            message = f'Successfully pulled image "{image}" in {pull_s:.3f}s'
-            self.sim.after(pull_s, lambda: self.events.add("Pulled", pod, message, node=node.name))
+            self.events.add(
+                "Pulling", pod, f'Pulling image "{image}"', node=node.name, field_path=path
+            )
+            took = go_duration(pull_s)
+            message = (
+                f'Successfully pulled image "{image}" in {took} ({took} including waiting).'
+                f" Image size: {size} bytes."
+            )
+            self.sim.after(pull_s, self._pulled, s, message, path)
         s.pull_ms, s.pulled_at = pull_s * 1000.0, now + pull_s
         self.sim.after(pull_s + self.timings.init_s + self.timings.start_s, self._start, s)
+
+    def _pulled(self, s: PodSim, message: str, path: str) -> None:
+        pod = self._current(s)
+        if pod is not None:
+            self.events.add("Pulled", pod, message, node=s.node, field_path=path)
 
     def _start(self, s: PodSim) -> None:
         pod = self._current(s)
@@ -294,22 +335,26 @@ class Kubelet:
 
     def _mark_running(self, s: PodSim, port: int | None) -> None:
         s.execd_port = port
-        stamp, when = self._stamp(), self._when()
-        pulled = self._stamp(s.pulled_at)
+        when = self._when()
+        current = self._current(s)
+        if current is None:
+            return
+        name = main_container(current).get("name", "sandbox")
+        path = f"spec.containers{{{name}}}"
+        # The kubelet records Created and Started before the status manager reports Running.
+        self.events.add(
+            "Created", current, f"Created container: {name}", node=s.node, field_path=path
+        )
+        self.events.add(
+            "Started", current, f"Started container {name}", node=s.node, field_path=path
+        )
 
         def running(p: Obj) -> None:
             mark_running(p, when)
-            ann = annotations_of(p)
-            ann[K.STARTED_AT] = stamp
-            ann[K.PULLED_AT] = pulled
-            ann[K.IMAGE_PRESENT] = "true" if s.image_present else "false"
-            ann[K.PULL_MS] = f"{s.pull_ms or 0.0:.3f}"
             if port is not None:
-                ann[K.EXECD_PORT_ANNOTATION] = str(port)
+                annotations_of(p)[K.EXECD_PORT_ANNOTATION] = str(port)
 
-        pod = self._update(s, running)
-        if pod is not None:
-            self.events.add("Started", pod, "Started container sandbox", node=s.node)
+        if self._update(s, running) is not None:
             self.sim.after(self.timings.probe_delay_s, self._probe, s)
 
     # --- readiness -------------------------------------------------------------------------
@@ -356,13 +401,8 @@ class Kubelet:
     def _mark_ready(self, s: PodSim) -> None:
         if self._current(s) is None:
             return
-        stamp, when = self._stamp(), self._when()
-
-        def ready(p: Obj) -> None:
-            mark_ready(p, when)
-            annotations_of(p)[K.READY_AT] = stamp
-
-        self._update(s, ready)
+        when = self._when()
+        self._update(s, lambda p: mark_ready(p, when))
 
     async def _http_probe(self, port: int) -> bool:
         if self._http is None:
@@ -383,7 +423,8 @@ class Kubelet:
         s.done = True
         self.scheduler.release(s.node, s.uid)
         if pod is not None:
-            self.events.add("Failed", pod, message, type="Warning", node=s.node)
+            path = f"spec.containers{{{main_container(pod).get('name', 'sandbox')}}}"
+            self.events.add("Failed", pod, message, type="Warning", node=s.node, field_path=path)
 
     async def close(self) -> None:
         if self._http is not None:

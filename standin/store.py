@@ -30,7 +30,11 @@ from standin.selectors import (
     labels_match,
 )
 
-KINDS = {"pods": ("Pod", "PodList"), "configmaps": ("ConfigMap", "ConfigMapList")}
+KINDS = {
+    "pods": ("Pod", "PodList"),
+    "configmaps": ("ConfigMap", "ConfigMapList"),
+    "events": ("Event", "EventList"),
+}
 CLOSE = object()  # sentinel put on a watcher's queue to end its stream
 
 Obj = dict[str, Any]
