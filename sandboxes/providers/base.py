@@ -82,7 +82,8 @@ class ReadyInfo:
     timeline: dict[str, dt.datetime] = field(default_factory=dict)
     image_present: bool | None = None
     pull_ms: float | None = None
-    address_failures: int = 0
+    # None: unknown (no Event told, e.g. expired or dropped) -- never counted as 0.
+    address_failures: int | None = 0
 
 
 @dataclass(frozen=True)

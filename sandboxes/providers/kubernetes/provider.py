@@ -5,6 +5,8 @@ uses, and forwards the ``Provider`` calls to them:
 
 * ``calls.ApiCalls`` -- the executor every blocking client call runs on;
 * ``readiness.ReadinessTracker`` -- the informer's cache, waiters, ``wait_ready``;
+* ``events.EventFacts`` / ``events.EventInformer`` -- the namespace's core/v1 Events (one
+  list+watch) read into pulls, address failures and the timeline of each pod;
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
 * ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
@@ -42,6 +44,7 @@ from sandboxes.providers.kubernetes.config import (
 )
 from sandboxes.providers.kubernetes.creator import PodCreator
 from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, PodDeleter
+from sandboxes.providers.kubernetes.events import EventFacts, EventInformer
 from sandboxes.providers.kubernetes.health import ExecdHealth
 from sandboxes.providers.kubernetes.informer import PodInformer
 from sandboxes.providers.kubernetes.listing import PodLister
@@ -69,6 +72,8 @@ class KubernetesProvider:
         self.core = core = client.CoreV1Api(self.api_client)
         backoff = backoff or (lambda n: min(cfg.backoff_max_s, cfg.backoff_initial_s * 2**n))
         self.informer: PodInformer | None = None
+        self.event_informer: EventInformer | None = None
+        self._event_facts = EventFacts()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         start = self._ensure_started
@@ -77,7 +82,11 @@ class KubernetesProvider:
         self._background = background = Background()
         self._health = ExecdHealth(cfg.health_timeout_s, work_item_hook)
         self._readiness = ReadinessTracker(
-            cfg, ensure_started=start, health=self._health.check, sleep=sleep
+            cfg,
+            ensure_started=start,
+            health=self._health.check,
+            sleep=sleep,
+            events=self._event_facts,
         )
         hooks = DeleteHooks(on_pending, on_deleted)
         self._deleter = PodDeleter(
@@ -125,6 +134,11 @@ class KubernetesProvider:
                 self.core, self.config, loop, self._readiness.on_sync, self._readiness.on_event
             )
             self.informer.start()
+            facts = self._event_facts
+            self.event_informer = EventInformer(
+                self.core, self.config, loop, facts.on_sync, facts.on_event
+            )
+            self.event_informer.start()
         return loop
 
     # --- the Provider protocol ----------------------------------------------------------------
@@ -190,6 +204,8 @@ class KubernetesProvider:
         loop = asyncio.get_running_loop()
         if self.informer is not None:
             await loop.run_in_executor(None, self.informer.stop)
+        if self.event_informer is not None:
+            await loop.run_in_executor(None, self.event_informer.stop)
         self._readiness.close()
         await loop.run_in_executor(None, self._calls.shutdown)
         await self._health.close()

@@ -9,6 +9,8 @@ Rules a reader must not break:
 * The readiness budget is measured with the provider's injected ``sleep`` (tests use a
   fake clock), the execd health probe after Ready with the loop's own time.
 * Every method runs on the provider's loop: the cache and the waiters have no lock.
+* What a Ready pod does not say itself (pulls, address failures, the finer timeline) is
+  joined from the namespace's core/v1 Events (``events.EventFacts``); no Event -> unknown.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 
 from sandboxes.providers.base import Handle, ReadyInfo
 from sandboxes.providers.kubernetes.config import KubernetesConfig
+from sandboxes.providers.kubernetes.events import EventFacts
 from sandboxes.providers.kubernetes.informer import (
     Pod,
     pod_failure,
@@ -58,8 +61,10 @@ class ReadinessTracker:
         ensure_started: Callable[[], asyncio.AbstractEventLoop],
         health: Callable[[str, str, str], Awaitable[bool]],
         sleep: Callable[[float], Awaitable[None]],
+        events: EventFacts | None = None,
     ) -> None:
         self._config = config
+        self._events = events
         self._ensure_started = ensure_started
         self._health = health
         self._sleep = sleep
@@ -194,6 +199,10 @@ class ReadinessTracker:
             if not waiters:
                 self._waiters.pop(handle.name, None)
         info = ready_info(pod, self._config)
+        if self._events is not None:
+            uid = pod_meta(pod).get("uid", "")
+            await self._events.settled(uid, self._config.events_grace_s)
+            info = self._events.join(info, uid)
         while self._config.verify_health and not await self._health(handle.name, info.address, ""):
             if loop.time() >= deadline:
                 raise SandboxNotReady(

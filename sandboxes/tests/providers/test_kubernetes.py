@@ -213,7 +213,6 @@ async def test_twenty_pods_become_ready_through_one_watch_without_polling(
     assert cluster.pods(NS) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the provider reads pulls from stand-in-only annotations")
 @pytest.mark.asyncio
 async def test_ready_info_reports_node_timeline_and_the_image_cache(
     make_cluster: MakeCluster, make_provider: MakeProvider
@@ -234,7 +233,6 @@ async def test_ready_info_reports_node_timeline_and_the_image_cache(
     assert first.guards["seccomp"] == "RuntimeDefault" and first.guards["egress"] == "deny"
 
 
-@pytest.mark.xfail(strict=True, reason="the provider reads address failures from annotations")
 @pytest.mark.asyncio
 async def test_address_failures_come_from_the_cnis_events_through_one_event_watch(
     make_cluster: MakeCluster, make_provider: MakeProvider
@@ -254,7 +252,6 @@ async def test_address_failures_come_from_the_cnis_events_through_one_event_watc
     assert requests[("list", "events")] == 1 and requests[("watch", "events")] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the provider counts a pod without Events as 0 failures")
 @pytest.mark.asyncio
 async def test_a_pod_whose_events_expired_reports_unknown_not_zero(
     make_cluster: MakeCluster, make_provider: MakeProvider
