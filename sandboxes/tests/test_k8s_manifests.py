@@ -36,6 +36,7 @@ MODELS = {
 }
 POD_VERBS = {"create", "get", "list", "watch", "patch", "delete"}
 ANCHOR_VERBS = {"create", "get", "list", "watch", "delete"}
+EVENT_VERBS = {"get", "list", "watch"}  # read-only: the provider reads core/v1 Events
 
 
 def _render() -> list[dict[str, Any]]:
@@ -102,11 +103,17 @@ def test_every_object_is_a_known_kind_and_deserialises_without_losing_fields(
         assert _round_trip(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
 
 
-def test_the_role_grants_exactly_pods_and_anchor_configmaps(objects: list[dict[str, Any]]) -> None:
+def test_the_role_grants_exactly_pods_anchor_configmaps_and_reading_events(
+    objects: list[dict[str, Any]],
+) -> None:
     role = _find(objects, "Role", "sandman-sandboxes")
     assert role["metadata"]["namespace"] == "sandman-sandboxes"
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
-    assert rules == {(("",), ("pods",)): POD_VERBS, (("",), ("configmaps",)): ANCHOR_VERBS}
+    assert rules == {
+        (("",), ("pods",)): POD_VERBS,
+        (("",), ("configmaps",)): ANCHOR_VERBS,
+        (("",), ("events",)): EVENT_VERBS,
+    }
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     binding = _find(objects, "RoleBinding", "sandman-sandboxes")
     assert binding["subjects"] == [
