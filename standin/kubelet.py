@@ -42,6 +42,7 @@ from standin.podstatus import (
     prepare_pod,
     set_condition,
 )
+from standin.pullfail import FailingPull
 from standin.scheduler import AddressModel, Scheduler
 from standin.sim import Simulation
 from standin.status import rfc3339
@@ -75,6 +76,7 @@ class PodSim:
     name: str
     node: str | None = None
     unschedulable_noted: bool = False
+    gated: bool = False
     address_failures: int = 0
     image_present: bool | None = None
     pull_ms: float | None = None
@@ -139,6 +141,13 @@ class Kubelet:
             self.sims[meta["uid"]] = PodSim(meta["uid"], meta["namespace"], meta["name"])
             self._kick()
 
+    def on_updated(self, resource: str, obj: Obj, old: Obj) -> None:
+        """A gated pod whose ``spec.schedulingGates`` emptied goes back to the scheduler."""
+        s = self.sims.get(obj["metadata"]["uid"]) if resource == "pods" else None
+        if s is not None and s.gated and not (obj.get("spec") or {}).get("schedulingGates"):
+            s.gated = False
+            self._kick()
+
     def on_deleted(self, resource: str, obj: Obj) -> None:
         uid = obj["metadata"]["uid"]
         if resource != "pods":
@@ -178,26 +187,25 @@ class Kubelet:
         pod = self._current(s)
         if pod is None or pod.get("status", {}).get("phase") != "Pending":
             return
-        node = self.scheduler.pick(pod)
         when = self._when()
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            # Pod scheduling readiness: a gated pod is not tried until its gates are gone.
+            if not s.gated:
+                s.gated = True
+                text = "Scheduling is blocked due to non-empty scheduling gates"
+                self._update(s, lambda p: _unscheduled(p, when, "SchedulingGated", text))
+            return
+        node = self.scheduler.pick(pod)
         if node is None:
             if not s.unschedulable_noted:
                 s.unschedulable_noted = True
-                self._update(
-                    s,
-                    lambda p: set_condition(
-                        p["status"], "PodScheduled", False, when, "Unschedulable"
-                    ),
-                )
                 n = len(self.scheduler.nodes)
-                self.events.add(
-                    "FailedScheduling",
-                    pod,
+                text = (
                     f"0/{n} nodes are available: {n} Insufficient cpu. preemption: 0/{n} nodes"
-                    f" are available: {n} No preemption victims found for incoming pod.",
-                    type="Warning",
-                    component=SCHEDULER,
+                    f" are available: {n} No preemption victims found for incoming pod."
                 )
+                self._update(s, lambda p: _unscheduled(p, when, "Unschedulable", text))
+                self.events.add("FailedScheduling", pod, text, type="Warning", component=SCHEDULER)
             return
         s.node = node.name
         self.scheduler.bind(node, pod, self.sim.now)
@@ -253,7 +261,13 @@ class Kubelet:
         self._pull(s, pod, node)
 
     def _pull(self, s: PodSim, pod: Obj, node: Any) -> None:
-        for init in pod["spec"].get("initContainers") or []:  # carrier images: cached
+        labels = pod["metadata"].get("labels") or {}
+        failing = self.plans.take("pod", s.name, labels, frozenset({"bad_image", "carrier_outage"}))
+        inits = pod["spec"].get("initContainers") or []
+        if failing == "carrier_outage" and inits:
+            self._failing_pull(s, node, inits[0], init=True, outage=True)
+            return
+        for init in inits:  # carrier images: cached
             path, name = f"spec.initContainers{{{init.get('name')}}}", init.get("name")
             present = f'Container image "{init.get("image")}" already present on machine'
             self.events.add("Pulled", pod, present, node=node.name, field_path=path)
@@ -264,6 +278,9 @@ class Kubelet:
                 "Started", pod, f"Started container {name}", node=node.name, field_path=path
             )
         main = main_container(pod)
+        if failing == "bad_image":
+            self._failing_pull(s, node, main, init=False, outage=False)
+            return
         image = main.get("image", "")
         path = f"spec.containers{{{main.get('name', 'sandbox')}}}"
         ann = pod["metadata"].get("annotations") or {}
@@ -297,6 +314,21 @@ class Kubelet:
             self.sim.after(pull_s, self._pulled, s, message, path)
         s.pull_ms, s.pulled_at = pull_s * 1000.0, now + pull_s
         self.sim.after(pull_s + self.timings.init_s + self.timings.start_s, self._start, s)
+
+    def _failing_pull(
+        self, s: PodSim, node: Any, container: dict[str, Any], *, init: bool, outage: bool
+    ) -> None:
+        FailingPull(
+            sim=self.sim,
+            events=self.events,
+            current=lambda: self._current(s),
+            update=lambda mutate: self._update(s, mutate),
+            when=self._when,
+            node=node.name,
+            container=container,
+            init=init,
+            outage=outage,
+        ).start()
 
     def _pulled(self, s: PodSim, message: str, path: str) -> None:
         pod = self._current(s)
@@ -430,3 +462,11 @@ class Kubelet:
         if self._http is not None:
             await self._http.close()
             self._http = None
+
+
+def _unscheduled(pod: Obj, when: str, reason: str, message: str) -> None:
+    """PodScheduled False with the scheduler's reason and message."""
+    set_condition(pod["status"], "PodScheduled", False, when, reason)
+    for cond in pod["status"]["conditions"]:
+        if cond["type"] == "PodScheduled":
+            cond["message"] = message

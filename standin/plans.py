@@ -10,7 +10,11 @@ create: ``403`` (nothing stored), ``409`` (answer AlreadyExists, nothing stored)
     ``reset_after_store`` (the reply is lost: connection aborted).
 delete: ``500_not_applied``, ``reset_after_apply`` (applied, reply lost),
     ``hang_not_applied`` / ``hang_after_apply`` (no answer until the client gives up).
-pod: ``fail_start`` (phase Failed while starting), ``never_ready`` (Running, never Ready).
+pod: ``fail_start`` (phase Failed while starting), ``never_ready`` (Running, never Ready),
+    ``bad_image`` (the task image cannot be pulled: ErrImagePull -> ImagePullBackOff),
+    ``carrier_outage`` (the init container's carrier image cannot be pulled: the registry
+    is unreachable); see ``pullfail.py``.
+create: ``scheduling_gate`` also: stored, with a scheduling gate a mutating webhook added.
 
 Invariant: a plan fires at most ``times`` times (``None`` = every match), and each firing
 is counted in ``fired`` so a test can assert its trigger really happened.
@@ -33,12 +37,13 @@ ACTIONS: dict[str, frozenset[str]] = {
             "504_after_store",
             "reset_before_store",
             "reset_after_store",
+            "scheduling_gate",
         }
     ),
     "delete": frozenset(
         {"500_not_applied", "reset_after_apply", "hang_not_applied", "hang_after_apply"}
     ),
-    "pod": frozenset({"fail_start", "never_ready"}),
+    "pod": frozenset({"fail_start", "never_ready", "bad_image", "carrier_outage"}),
 }
 
 

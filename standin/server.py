@@ -279,6 +279,9 @@ class ApiServer:
             return self._reset(request)
         if resource == "pods":
             prepare_pod(body)
+            if action == "scheduling_gate":  # as a mutating admission webhook would
+                gates = body["spec"].setdefault("schedulingGates", [])
+                gates.append({"name": "webhook.standin.example/hold"})
         try:
             stored = self.store.create(resource, ns, body)
         except StoreError as exc:

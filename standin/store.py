@@ -257,6 +257,11 @@ class Store:
             event = watcher.translate(change)
             if event is not None:
                 watcher.queue.put_nowait(event)
+        if kind == "MODIFIED" and old is not None:  # listeners that care about updates
+            for listener in self.listeners:
+                on_updated = getattr(listener, "on_updated", None)
+                if on_updated is not None:
+                    on_updated(resource, obj, old)
 
     # --- watches --------------------------------------------------------------------------
     def subscribe(self, watcher: Watcher, since: str | None) -> builtins.list[dict[str, Any]]:
