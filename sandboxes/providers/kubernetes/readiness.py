@@ -32,6 +32,7 @@ from sandboxes.providers.kubernetes.informer import (
     pod_status,
     ready_info,
 )
+from sandboxes.providers.kubernetes.stuck import final_waiting, scheduling_wait
 from sandman_site.errors import SandboxNotReady
 
 T = TypeVar("T")
@@ -173,6 +174,21 @@ class ReadinessTracker:
                         f"pod {name} cannot become Ready: {failure}", {**extra, "reason": failure}
                     )
                 )
+            elif (stuck := final_waiting(pod)) is not None:
+                where = "init container" if stuck.init else "container"
+                waiter.future.set_exception(
+                    SandboxNotReady(
+                        f"pod {name} cannot become Ready: {stuck.reason} in {where}"
+                        f" {stuck.container}: {stuck.message}",
+                        {
+                            **extra,
+                            "reason": stuck.reason,
+                            "container": stuck.container,
+                            "init": stuck.init,
+                            "message": stuck.message,
+                        },
+                    )
+                )
             elif pod_is_ready(pod):
                 waiter.future.set_result(pod)
 
@@ -188,9 +204,17 @@ class ReadinessTracker:
         except TimeoutError as exc:
             cached = self._cache.get(handle.name)
             phase = pod_status(cached).get("phase") if cached is not None else None
+            waiting = scheduling_wait(cached)  # wait-and-see reasons: say which one it was
+            why = f": {waiting[0]}: {waiting[1]}" if waiting else ""
             raise SandboxNotReady(
-                f"pod {handle.name} not Ready within {budget_s:g}s",
-                {"name": handle.name, "uid": handle.uid, "phase": phase, "reason": "budget"},
+                f"pod {handle.name} not Ready within {budget_s:g}s{why}",
+                {
+                    "name": handle.name,
+                    "uid": handle.uid,
+                    "phase": phase,
+                    "reason": "budget",
+                    "waiting_on": waiting[0] if waiting else None,
+                },
             ) from exc
         finally:
             waiters = self._waiters.get(handle.name, [])

@@ -22,7 +22,6 @@ MakeProvider = Callable[..., KubernetesProvider]
 BUDGET_S = 20
 
 
-@pytest.mark.xfail(strict=True, reason="the provider waits out the budget on ImagePullBackOff")
 @pytest.mark.asyncio
 async def test_a_bad_task_image_fails_fast_with_image_pull_back_off(
     make_cluster: MakeCluster, make_provider: MakeProvider
@@ -41,7 +40,6 @@ async def test_a_bad_task_image_fails_fast_with_image_pull_back_off(
     assert cluster.pod(NS, "bad") is not None  # the caller (the pool) deletes it
 
 
-@pytest.mark.xfail(strict=True, reason="the provider waits out the budget on a carrier outage")
 @pytest.mark.asyncio
 async def test_a_carrier_image_outage_fails_fast_naming_the_init_container(
     make_cluster: MakeCluster, make_provider: MakeProvider
@@ -59,7 +57,6 @@ async def test_a_carrier_image_outage_fails_fast_naming_the_init_container(
     assert extra["init"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="the budget error hides why the pod was never scheduled")
 @pytest.mark.asyncio
 async def test_a_gated_or_unschedulable_pod_out_of_budget_names_the_scheduling_reason(
     make_cluster: MakeCluster, make_provider: MakeProvider
