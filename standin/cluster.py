@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from standin import control
+from standin.disruptions import Disruptions
 from standin.events import EventLog
 from standin.execd_runner import ExecdRunner
 from standin.gates import GateRegistry
@@ -202,6 +203,12 @@ class StandinCluster:
             absent_owners=self.gc_absent_owners,
         )
         self.store.listeners += [self.kubelet, self.gc]
+        self.disruptions = Disruptions(
+            store=self.store,
+            kubelet=self.kubelet,
+            events=self.events_log,
+            when=lambda: rfc3339(self.sim.datetime()),
+        )
         self.api = ApiServer(
             store=self.store,
             gates=self.gates,
@@ -291,6 +298,18 @@ class StandinCluster:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self._call(self.store.delete, "pods", namespace, name)
+
+    def evict_pod(self, namespace: str, name: str) -> bool:
+        """Node-pressure eviction of a pod (``disruptions.py``)."""
+        return self._call(self.disruptions.evict, namespace, name)
+
+    def lose_node(self, node: str) -> int:
+        """The node stops reporting: Ready Unknown, its pods Ready False."""
+        return self._call(self.disruptions.lose_node, node)
+
+    def fail_probe(self, namespace: str, name: str) -> bool:
+        """The pod's readiness probe starts failing: Ready flips back to False."""
+        return self._call(self.disruptions.fail_probe, namespace, name)
 
     def add_store_listener(self, listener: Listener) -> None:
         """Tell ``listener`` of every create and delete in the store from now on."""

@@ -148,6 +148,17 @@ class Kubelet:
             s.gated = False
             self._kick()
 
+    def stop(self, uid: str, *, release: bool = True) -> str | None:
+        """Stop simulating pod ``uid`` (a disruption took it over); returns its node.
+        ``release`` frees its place on the node (not for a node that is unreachable)."""
+        s = self.sims.get(uid)
+        if s is None:
+            return None
+        s.done = True
+        if release:
+            self.scheduler.release(s.node, uid)
+        return s.node
+
     def on_deleted(self, resource: str, obj: Obj) -> None:
         uid = obj["metadata"]["uid"]
         if resource != "pods":

@@ -108,3 +108,65 @@ def test_a_scheduling_gate_holds_the_pod_until_it_is_removed(
     p = cluster.pod(NS, "g")
     assert p is not None and p["spec"]["nodeName"] == "node-0"
     assert _condition(p, "Ready")["status"] == "True"
+
+
+def test_an_evicted_pod_is_failed_with_reason_evicted_and_stays_stored(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    """Kubernetes -- Node-pressure Eviction
+    (https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/): the
+    kubelet fails the pod (phase Failed, reason Evicted) and it stays until deleted; Pod
+    disruption conditions -- ``DisruptionTarget`` reason TerminationByKubelet
+    (https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions)."""
+    cluster = make_cluster(nodes=1, mode="manual")
+    core_for(cluster).create_namespaced_pod(NS, pod("e"))
+    cluster.run_until_idle()
+    assert cluster.evict_pod(NS, "e") is True
+    p = cluster.pod(NS, "e")
+    assert p is not None and (p["status"]["phase"], p["status"]["reason"]) == ("Failed", "Evicted")
+    assert p["status"]["message"].startswith("The node was low on resource: memory.")
+    target = _condition(p, "DisruptionTarget")
+    assert (target["status"], target["reason"]) == ("True", "TerminationByKubelet")
+    assert _condition(p, "Ready")["status"] == "False"
+    assert ("Warning", "Evicted", p["status"]["message"]) in _messages(cluster, "e")
+    assert cluster.nodes()[0]["pods"] == 0  # its resources are free again
+
+
+def test_a_lost_node_is_ready_unknown_and_its_pods_turn_not_ready(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    """Kubernetes -- Nodes, "Node status" / Taint-based evictions
+    (https://kubernetes.io/docs/concepts/architecture/nodes/#condition): a node that stops
+    reporting is Ready Unknown, takes no new pods, and the node lifecycle controller marks
+    its pods Ready False ("NodeNotReady": "Node is not ready")."""
+    cluster = make_cluster(nodes=1, mode="manual")
+    core = core_for(cluster)
+    core.create_namespaced_pod(NS, pod("a"))
+    cluster.run_until_idle()
+    assert cluster.lose_node("node-0") == 1
+    p = cluster.pod(NS, "a")
+    assert p is not None and p["status"]["phase"] == "Running"
+    assert _condition(p, "Ready")["status"] == "False"
+    assert ("Warning", "NodeNotReady", "Node is not ready") in _messages(cluster, "a")
+    assert cluster.nodes()[0]["ready"] == "Unknown"
+    core.create_namespaced_pod(NS, pod("later"))
+    cluster.run_until_idle()
+    later = cluster.pod(NS, "later")
+    assert later is not None and _condition(later, "PodScheduled")["reason"] == "Unschedulable"
+
+
+def test_a_failing_readiness_probe_flips_ready_back_to_false(
+    make_cluster: Callable[..., StandinCluster],
+) -> None:
+    """Kubernetes -- Configure Liveness, Readiness and Startup Probes
+    (https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/):
+    a failing readiness probe sets Ready False; the kubelet records Unhealthy."""
+    cluster = make_cluster(nodes=1, mode="manual")
+    core_for(cluster).create_namespaced_pod(NS, pod("r"))
+    cluster.run_until_idle()
+    assert cluster.fail_probe(NS, "r") is True
+    cluster.run_until_idle()
+    p = cluster.pod(NS, "r")
+    assert p is not None and _condition(p, "Ready")["status"] == "False"
+    unhealthy = [m for t, r, m in _messages(cluster, "r") if r == "Unhealthy"]
+    assert unhealthy and unhealthy[0].startswith("Readiness probe failed: Get ")
