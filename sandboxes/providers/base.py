@@ -87,6 +87,16 @@ class ReadyInfo:
 
 
 @dataclass(frozen=True)
+class LostSandbox:
+    """A sandbox that was Ready and no longer is: evicted, its node lost, Ready False."""
+
+    name: str
+    uid: str
+    reason: str  # "Evicted", "NotReady", ...: the backend's own word
+    message: str
+
+
+@dataclass(frozen=True)
 class OwnedSandbox:
     """A sandbox the backend holds that carries Sandman's managed-by label."""
 

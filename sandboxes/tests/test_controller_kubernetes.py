@@ -393,7 +393,12 @@ def test_a_bad_task_image_fails_the_acquire_with_the_kubelets_reason_and_deletes
         controller.acquire(**acquire_args(job))
     assert "ImagePullBackOff" in str(failed.value)
     (row,) = Sandbox.objects.filter(job=job)
-    assert "ImagePullBackOff in container sandbox" in row.failure_reason
+    wait_until(
+        lambda: (
+            "ImagePullBackOff in container sandbox" in Sandbox.objects.get(pk=row.pk).failure_reason
+        ),
+        what="the failure recorded with the kubelet's reason",
+    )
     wait_until(lambda: backend.cluster.pods(NS) == [], what="the stuck pod deleted")
 
 
@@ -419,7 +424,6 @@ def _lost(controller, sandbox_id: int) -> bool:
     return Sandbox.objects.get(pk=sandbox_id).failure_reason.startswith("lost: ")
 
 
-@pytest.mark.xfail(strict=True, reason="a lost in-use pod goes unnoticed: the holder keeps it")
 @pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
 @pytest.mark.parametrize("how", sorted(LOSSES))
 def test_a_lost_in_use_sandbox_is_reported_to_its_holder_on_get_and_on_release(backend, how):
@@ -443,7 +447,6 @@ def test_a_lost_in_use_sandbox_is_reported_to_its_holder_on_get_and_on_release(b
     wait_until(lambda: not backend.alive(got.name), what="the lost pod deleted")
 
 
-@pytest.mark.xfail(strict=True, reason="a warm pod that turned not Ready is still handed out")
 @pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
 def test_a_warm_sandbox_whose_ready_flips_back_is_deleted_and_never_handed_out(backend):
     lost_kind = events.LOST

@@ -34,7 +34,14 @@ from typing import Any
 
 from kubernetes import client
 
-from sandboxes.providers.base import Handle, OwnedSandbox, OwnerRef, ReadyInfo, SandboxSpec
+from sandboxes.providers.base import (
+    Handle,
+    LostSandbox,
+    OwnedSandbox,
+    OwnerRef,
+    ReadyInfo,
+    SandboxSpec,
+)
 from sandboxes.providers.kubernetes.anchors import Anchors, anchor_name
 from sandboxes.providers.kubernetes.calls import ApiCalls, Background, WorkItemHook
 from sandboxes.providers.kubernetes.config import (
@@ -156,6 +163,11 @@ class KubernetesProvider:
 
     async def list_owned(self) -> list[OwnedSandbox]:
         return await self._lister.list_owned()
+
+    def take_lost(self) -> list[LostSandbox]:
+        """Pods that were Ready and since failed or turned not Ready (evicted, node lost,
+        readiness probe failing), each once; the controller fails and deletes them."""
+        return self._readiness.take_lost()
 
     def check_image(self, image: str, base_commit: str | None) -> bool | None:
         """No answer before a create: a cluster learns of a bad image at pull time."""

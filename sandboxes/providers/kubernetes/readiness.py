@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sandboxes.providers.base import Handle, ReadyInfo
+from sandboxes.providers.base import Handle, LostSandbox, ReadyInfo
 from sandboxes.providers.kubernetes.config import KubernetesConfig
 from sandboxes.providers.kubernetes.events import EventFacts
 from sandboxes.providers.kubernetes.informer import (
@@ -32,7 +32,7 @@ from sandboxes.providers.kubernetes.informer import (
     pod_status,
     ready_info,
 )
-from sandboxes.providers.kubernetes.stuck import final_waiting, scheduling_wait
+from sandboxes.providers.kubernetes.stuck import final_waiting, lost_reason, scheduling_wait
 from sandman_site.errors import SandboxNotReady
 
 T = TypeVar("T")
@@ -78,6 +78,8 @@ class ReadinessTracker:
         self._stored: dict[str, tuple[str, float, str]] = {}
         self._listed: tuple[float, str] | None = None
         self._waiters: dict[str, list[Waiter]] = {}
+        # Pods that were Ready and no longer are, until the owner takes them (bounded).
+        self._lost: list[LostSandbox] = []
 
     # --- what the creator and the deleter tell us -------------------------------------------
     def note_stored(self, name: str, uid: str, stored_at: float, version: str) -> None:
@@ -94,6 +96,8 @@ class ReadinessTracker:
     def on_sync(self, pods: list[Pod], started: float, version: str) -> None:
         self._listed = (started, version)
         fresh = {pod_meta(p)["name"]: p for p in pods}
+        for name, pod in fresh.items():
+            self._note_lost(self._cache.get(name), pod)
         for name in set(self._cache) - set(fresh):
             self._gone(name, pod_meta(self._cache[name]).get("uid", ""))
         self._cache = fresh
@@ -108,8 +112,24 @@ class ReadinessTracker:
                 del self._cache[name]
             self._gone(name, uid)
             return
+        self._note_lost(self._cache.get(name), pod)
         self._cache[name] = pod
         self._evaluate(name)
+
+    def _note_lost(self, old: Pod | None, new: Pod) -> None:
+        """A pod we saw Ready that is now Failed or not Ready: keep it for ``take_lost``."""
+        if old is None or pod_meta(old).get("uid") != pod_meta(new).get("uid"):
+            return
+        if not pod_is_ready(old) or (lost := lost_reason(new)) is None:
+            return
+        meta = pod_meta(new)
+        self._lost.append(LostSandbox(meta.get("name", ""), meta.get("uid", ""), *lost))
+        del self._lost[:-_DELETED_KEPT]
+
+    def take_lost(self) -> list[LostSandbox]:
+        """Every pod lost since the last call (each reported once)."""
+        lost, self._lost = self._lost, []
+        return lost
 
     def _missed(self, name: str, uid: str) -> bool:
         """True if ``name`` (stored by us as ``uid``) must have been in the last list.
