@@ -42,4 +42,5 @@ EVICTED = "evicted"  # warm pod of another key deleted to admit an acquire at ma
 REUSE_CHECKED = "reuse_checked"  # detail: {"ok": bool, "reason": str}
 RETIRED = "retired"  # checked-reuse pod retired: max uses, no verdict or contradiction
 DRAINED = "drained"  # deleted because its job drains
+LOST = "lost"  # detail: {"reason", "message"} the backend lost a Ready/in-use sandbox
 STATE_BASELINE = "state_baseline"  # detail: {"ok": bool, ...} checked-reuse baseline taken

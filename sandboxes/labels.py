@@ -22,17 +22,3 @@ ANCHOR_KIND = "ConfigMap"
 # --- added for the kubernetes provider and the stand-in cluster -------------------------
 # Trainer pods carry TRAINER=true; the NetworkPolicy admits traffic to execd only from them.
 TRAINER = "sandman.dev/trainer"
-# Timing stamps the stand-in cluster writes on pods (RFC 3339, microseconds). A real
-# cluster sets none; the provider then falls back to the pod's conditions.
-STANDIN_PREFIX = "standin.sandman.dev/"
-STANDIN_CREATED_AT = STANDIN_PREFIX + "created-at"
-STANDIN_SCHEDULED_AT = STANDIN_PREFIX + "scheduled-at"
-STANDIN_ADDRESS_ASSIGNED_AT = STANDIN_PREFIX + "address-assigned-at"
-STANDIN_ADDRESS_FAILURES = STANDIN_PREFIX + "address-failures"
-STANDIN_PULLED_AT = STANDIN_PREFIX + "pulled-at"
-STANDIN_IMAGE_PRESENT = STANDIN_PREFIX + "image-present"
-STANDIN_PULL_MS = STANDIN_PREFIX + "pull-ms"
-STANDIN_STARTED_AT = STANDIN_PREFIX + "started-at"
-STANDIN_READY_AT = STANDIN_PREFIX + "ready-at"
-# Input: the image size in bytes the stand-in uses for a simulated pull.
-STANDIN_IMAGE_BYTES = STANDIN_PREFIX + "image-bytes"

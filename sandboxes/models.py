@@ -92,7 +92,8 @@ class Sandbox(models.Model):
     node = models.CharField(max_length=253, blank=True, default="")
     guards = models.JSONField(default=dict, blank=True)
     reuse_count = models.PositiveIntegerField(default=0)
-    address_failures = models.PositiveIntegerField(default=0)
+    # None: unknown (no core/v1 Event told; they are rate-limited and expire), not 0.
+    address_failures = models.PositiveIntegerField(default=0, null=True, blank=True)
     image_present = models.BooleanField(null=True, blank=True)
     pull_ms = models.FloatField(null=True, blank=True)
     failure_reason = models.TextField(blank=True, default="")

@@ -44,6 +44,12 @@ class AlreadyReleased(InvalidTransition):
     code = "already_released"
 
 
+class SandboxLost(InvalidTransition):
+    """The backend lost the sandbox while it was handed out (evicted, node lost, not Ready)."""
+
+    code = "sandbox_lost"
+
+
 class JobNotActive(SandmanError):
     code = "job_not_active"
     status = 409

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from standin import control
+from standin.disruptions import Disruptions
 from standin.events import EventLog
 from standin.execd_runner import ExecdRunner
 from standin.gates import GateRegistry
@@ -74,6 +75,7 @@ class StandinCluster:
         gone_mode: str = "event",
         bookmark_interval_s: float | None = None,
         gc_absent_owners: bool = True,
+        event_ttl_s: float = 3600.0,
         host: str = "127.0.0.1",
         port: int = 0,
         epoch: dt.datetime | None = None,
@@ -92,6 +94,7 @@ class StandinCluster:
         self.history_limit, self.gone_mode = history_limit, gone_mode
         self.bookmark_interval_s = bookmark_interval_s
         self.gc_absent_owners = gc_absent_owners
+        self.event_ttl_s = event_ttl_s
         self.host, self.port, self._epoch = host, port, epoch
         self.gates = GateRegistry()
         self.plans = PlanRegistry()
@@ -170,7 +173,12 @@ class StandinCluster:
             history_limit=self.history_limit,
             rng=random.Random(self.seed + 1),
         )
-        self.events_log = EventLog(lambda: rfc3339(self.sim.datetime(), precise=True))
+        self.events_log = EventLog(
+            lambda: self.sim.now,
+            self.sim.datetime,
+            store=Store(now=lambda: rfc3339(self.sim.datetime()), rng=random.Random(self.seed + 2)),
+            ttl_s=self.event_ttl_s,
+        )
         # A block of its own per cluster: parallel clusters on one host never share pod
         # addresses (their real execds bind podIP:port).
         pod_range = random.SystemRandom().randrange(1, 256 * 256 - 1)
@@ -203,6 +211,12 @@ class StandinCluster:
             ),
         )
         self.store.listeners += [self.kubelet, self.gc]
+        self.disruptions = Disruptions(
+            store=self.store,
+            kubelet=self.kubelet,
+            events=self.events_log,
+            when=lambda: rfc3339(self.sim.datetime()),
+        )
         self.api = ApiServer(
             store=self.store,
             gates=self.gates,
@@ -213,6 +227,7 @@ class StandinCluster:
             precise_now=lambda: rfc3339(self.sim.datetime(), precise=True),
             terminator=self.terminator,
             schedule=self.sim.after,
+            events=self.events_log,
         )
         app = web.Application(client_max_size=16 * 2**20)
         self.api.routes(app)
@@ -306,6 +321,18 @@ class StandinCluster:
     def heal_node(self, name: str) -> int:
         """Reconnect the node's kubelet; returns how many pod kills it resumes."""
         return self._call(self.terminator.heal, name)
+
+    def evict_pod(self, namespace: str, name: str) -> bool:
+        """Node-pressure eviction of a pod (``disruptions.py``)."""
+        return self._call(self.disruptions.evict, namespace, name)
+
+    def lose_node(self, node: str) -> int:
+        """The node stops reporting: Ready Unknown, its pods Ready False."""
+        return self._call(self.disruptions.lose_node, node)
+
+    def fail_probe(self, namespace: str, name: str) -> bool:
+        """The pod's readiness probe starts failing: Ready flips back to False."""
+        return self._call(self.disruptions.fail_probe, namespace, name)
 
     def add_store_listener(self, listener: Listener) -> None:
         """Tell ``listener`` of every create and delete in the store from now on."""

@@ -5,8 +5,9 @@ Reads: ``state`` (everything), ``pods``, ``nodes``, ``events``, ``address-failur
 GET ``gates/{id}`` reports it; POST ``gates/{id}/release``), ``bookmark``, ``compact``,
 ``close-watches``, ``advance`` (manual mode), ``quota/{ns}`` (POST ``{"pods", "cpu"}`` sets
 the namespace's ResourceQuota, DELETE drops it), ``pods/{ns}`` (store a pod of "another
-workload" without going through plans, gates or request counts). These routes are not
-part of the Kubernetes API and are never counted as API requests.
+workload" without going through plans, gates or request counts), and the disruptions
+``pods/{ns}/{name}/evict``, ``pods/{ns}/{name}/fail-probe``, ``nodes/{name}/lose``.
+These routes are not part of the Kubernetes API and are never counted as API requests.
 
 Every handler goes through the cluster's public control API (``StandinCluster.state()``,
 ``pods()``, ``put_pod()``, ... and its ``gates``, ``plans``, ``api``, ``store`` and ``sim``
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from standin.admission import PodQuota, cpu_millis
+from standin.disruptions import Disruptions
 from standin.events import EventLog
 from standin.gates import Gate, GateRegistry
 from standin.plans import PlanRegistry
@@ -41,6 +43,7 @@ class ControlledCluster(Protocol):
     store: Store
     sim: Simulation
     events_log: EventLog
+    disruptions: Disruptions
 
     def state(self) -> dict[str, Any]: ...
     def pods(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
@@ -154,6 +157,19 @@ def add_routes(app: web.Application, cluster: ControlledCluster) -> None:
         body = await request.json()
         return web.json_response(cluster.put_pod(request.match_info["ns"], body), status=201)
 
+    async def evict(request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        return web.json_response({"evicted": cluster.disruptions.evict(ns, name)})
+
+    async def fail_probe(request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        return web.json_response({"failing": cluster.disruptions.fail_probe(ns, name)})
+
+    async def lose_node(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"pods": cluster.disruptions.lose_node(request.match_info["name"])}
+        )
+
     r = app.router
     r.add_get("/_standin/state", state)
     r.add_get("/_standin/pods", reader(lambda: cluster.pods(None)))
@@ -173,3 +189,6 @@ def add_routes(app: web.Application, cluster: ControlledCluster) -> None:
     r.add_post("/_standin/pods/{ns}", put_pod)
     r.add_post("/_standin/quota/{ns}", set_quota)
     r.add_delete("/_standin/quota/{ns}", clear_quota)
+    r.add_post("/_standin/pods/{ns}/{name}/evict", evict)
+    r.add_post("/_standin/pods/{ns}/{name}/fail-probe", fail_probe)
+    r.add_post("/_standin/nodes/{name}/lose", lose_node)

@@ -16,14 +16,18 @@ for a status from 200 to 399; no ``readinessProbe`` means Ready once started. A 
 container that exits fails the pod (``restartPolicy: Never``).
 
 Invariants: every stage re-reads the pod and stops if it is gone or was replaced by a pod
-with another uid; the stamps of each stage go into ``standin.sandman.dev/*-at``
-annotations (microseconds) and the conditions (whole seconds, as the API server writes).
-Pod plans ``fail_start`` / ``never_ready`` are taken once per pod at the start stage.
+with another uid; what a stage did is told only the way a cluster tells it -- the pod's
+conditions and status (whole seconds, as the API server writes) and core/v1 Events with
+the scheduler's and kubelet's reasons and messages (``events.py``; formats of
+kube-scheduler's ``schedule_one.go`` and the kubelet's ``images/image_manager.go`` and
+``kuberuntime_container.go``). The pod carries no stand-in-only stamps. Pod plans
+``fail_start`` / ``never_ready`` are taken once per pod at the start stage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 from collections.abc import Mapping
@@ -33,12 +37,11 @@ from typing import Any
 import aiohttp
 
 from standin import keys as K
-from standin.events import EventLog
+from standin.events import SCHEDULER, EventLog, go_duration
 from standin.execd_runner import ExecdRunner, ExecdStartError
 from standin.gates import GateContext, GateRegistry
 from standin.plans import PlanRegistry
 from standin.podstatus import (
-    annotations_of,
     main_container,
     mark_failed,
     mark_ready,
@@ -46,6 +49,7 @@ from standin.podstatus import (
     prepare_pod,
     set_condition,
 )
+from standin.pullfail import FailingPull
 from standin.scheduler import AddressModel, Scheduler
 from standin.sim import Simulation
 from standin.status import rfc3339
@@ -79,6 +83,7 @@ class PodSim:
     name: str
     node: str | None = None
     unschedulable_noted: bool = False
+    gated: bool = False
     address_failures: int = 0
     image_present: bool | None = None
     pull_ms: float | None = None
@@ -121,9 +126,6 @@ class Kubelet:
             execd.on_exit = self._container_exited
 
     # --- helpers ----------------------------------------------------------------------------
-    def _stamp(self, t: float | None = None) -> str:
-        return rfc3339(self.sim.datetime(t), precise=True)
-
     def _when(self, t: float | None = None) -> str:
         return rfc3339(self.sim.datetime(t))
 
@@ -151,6 +153,24 @@ class Kubelet:
             self.sims[meta["uid"]] = PodSim(meta["uid"], meta["namespace"], meta["name"])
             self._kick()
 
+    def on_updated(self, resource: str, obj: Obj, old: Obj) -> None:
+        """A gated pod whose ``spec.schedulingGates`` emptied goes back to the scheduler."""
+        s = self.sims.get(obj["metadata"]["uid"]) if resource == "pods" else None
+        if s is not None and s.gated and not (obj.get("spec") or {}).get("schedulingGates"):
+            s.gated = False
+            self._kick()
+
+    def stop(self, uid: str, *, release: bool = True) -> str | None:
+        """Stop simulating pod ``uid`` (a disruption took it over); returns its node.
+        ``release`` frees its place on the node (not for a node that is unreachable)."""
+        s = self.sims.get(uid)
+        if s is None:
+            return None
+        s.done = True
+        if release:
+            self.scheduler.release(s.node, uid)
+        return s.node
+
     def on_deleted(self, resource: str, obj: Obj) -> None:
         uid = obj["metadata"]["uid"]
         if resource != "pods":
@@ -160,7 +180,15 @@ class Kubelet:
             return
         s.done = True
         self.scheduler.release(s.node, uid)
-        self.events.add("Killing", obj, "Stopping container sandbox", node=s.node)
+        if s.node is not None:
+            name = main_container(obj).get("name", "sandbox")
+            self.events.add(
+                "Killing",
+                obj,
+                f"Stopping container {name}",
+                node=s.node,
+                field_path=f"spec.containers{{{name}}}",
+            )
         if s.execd_key and self.execd is not None:
             self._keys.pop(s.execd_key, None)
             self.sim.spawn(self.execd.stop(s.execd_key))
@@ -183,31 +211,36 @@ class Kubelet:
         pod = self._current(s)
         if pod is None or pod.get("status", {}).get("phase") != "Pending":
             return
-        node = self.scheduler.pick(pod)
         when = self._when()
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            # Pod scheduling readiness: a gated pod is not tried until its gates are gone.
+            if not s.gated:
+                s.gated = True
+                text = "Scheduling is blocked due to non-empty scheduling gates"
+                self._update(s, lambda p: _unscheduled(p, when, "SchedulingGated", text))
+            return
+        node = self.scheduler.pick(pod)
         if node is None:
             if not s.unschedulable_noted:
                 s.unschedulable_noted = True
-                self._update(
-                    s,
-                    lambda p: set_condition(
-                        p["status"], "PodScheduled", False, when, "Unschedulable"
-                    ),
+                n = len(self.scheduler.nodes)
+                text = (
+                    f"0/{n} nodes are available: {n} Insufficient cpu. preemption: 0/{n} nodes"
+                    f" are available: {n} No preemption victims found for incoming pod."
                 )
-                self.events.add("FailedScheduling", pod, "0 nodes are available", type="Warning")
+                self._update(s, lambda p: _unscheduled(p, when, "Unschedulable", text))
+                self.events.add("FailedScheduling", pod, text, type="Warning", component=SCHEDULER)
             return
         s.node = node.name
         self.scheduler.bind(node, pod, self.sim.now)
-        stamp = self._stamp()
 
         def bound(p: Obj) -> None:
             p["spec"]["nodeName"] = node.name
-            annotations_of(p)[K.SCHEDULED_AT] = stamp
             set_condition(p["status"], "PodScheduled", True, when)
 
         self._update(s, bound)
         message = f"Successfully assigned {s.namespace}/{s.name} to {node.name}"
-        self.events.add("Scheduled", pod, message, node=node.name)
+        self.events.add("Scheduled", pod, message, component=SCHEDULER)
         self.sim.after(self.timings.address_s, self._assign_address, s)
 
     # --- address, image, start --------------------------------------------------------------
@@ -221,17 +254,22 @@ class Kubelet:
             s.address_failures += 1
             node.address_failures += 1
             self.address_failures_by_pod[s.name] = s.address_failures
+            # A new sandbox id per attempt (hashed: the seeded RNG's draws stay as they were).
+            attempt = f"{s.uid}/{s.address_failures}".encode()
+            sandbox = hashlib.sha256(attempt).hexdigest()
             self.events.add(
                 "FailedCreatePodSandBox",
                 pod,
-                "Failed to create pod sandbox: failed to assign an IP address to container",
+                "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup"
+                f' network for sandbox "{sandbox}": plugin type="aws-cni" name="aws-cni"'
+                " failed (add): add cmd: failed to assign an IP address to container",
                 type="Warning",
                 node=node.name,
             )
             self.sim.after(self.timings.address_retry_s, self._assign_address, s)
             return
         ip = node.pod_ip(s.uid)
-        stamp, when, failures = self._stamp(), self._when(), s.address_failures
+        when = self._when()
 
         def addressed(p: Obj) -> None:
             st = p["status"]
@@ -242,15 +280,33 @@ class Kubelet:
                 hostIPs=[{"ip": node.ip}],
                 startTime=when,
             )
-            ann = annotations_of(p)
-            ann[K.ADDRESS_ASSIGNED_AT] = stamp
-            ann[K.ADDRESS_FAILURES] = str(failures)
 
         self._update(s, addressed)
         self._pull(s, pod, node)
 
     def _pull(self, s: PodSim, pod: Obj, node: Any) -> None:
-        image = main_container(pod).get("image", "")
+        labels = pod["metadata"].get("labels") or {}
+        failing = self.plans.take("pod", s.name, labels, frozenset({"bad_image", "carrier_outage"}))
+        inits = pod["spec"].get("initContainers") or []
+        if failing == "carrier_outage" and inits:
+            self._failing_pull(s, node, inits[0], init=True, outage=True)
+            return
+        for init in inits:  # carrier images: cached
+            path, name = f"spec.initContainers{{{init.get('name')}}}", init.get("name")
+            present = f'Container image "{init.get("image")}" already present on machine'
+            self.events.add("Pulled", pod, present, node=node.name, field_path=path)
+            self.events.add(
+                "Created", pod, f"Created container: {name}", node=node.name, field_path=path
+            )
+            self.events.add(
+                "Started", pod, f"Started container {name}", node=node.name, field_path=path
+            )
+        main = main_container(pod)
+        if failing == "bad_image":
+            self._failing_pull(s, node, main, init=False, outage=False)
+            return
+        image = main.get("image", "")
+        path = f"spec.containers{{{main.get('name', 'sandbox')}}}"
         ann = pod["metadata"].get("annotations") or {}
         size = int(ann.get(K.IMAGE_BYTES) or self.images.get(image) or self.default_image_bytes)
         now = self.sim.now
@@ -262,6 +318,7 @@ class Kubelet:
                 pod,
                 f'Container image "{image}" already present on machine',
                 node=node.name,
+                field_path=path,
             )
         else:
             s.image_present = False
@@ -270,11 +327,37 @@ class Kubelet:
                 node.images[image] = now + pull_s
             else:  # another pod is pulling it: wait for that pull
                 pull_s = ready_at - now
-            self.events.add("Pulling", pod, f'Pulling image "{image}"', node=node.name)
-            message = f'Successfully pulled image "{image}" in {pull_s:.3f}s'
-            self.sim.after(pull_s, lambda: self.events.add("Pulled", pod, message, node=node.name))
+            self.events.add(
+                "Pulling", pod, f'Pulling image "{image}"', node=node.name, field_path=path
+            )
+            took = go_duration(pull_s)
+            message = (
+                f'Successfully pulled image "{image}" in {took} ({took} including waiting).'
+                f" Image size: {size} bytes."
+            )
+            self.sim.after(pull_s, self._pulled, s, message, path)
         s.pull_ms, s.pulled_at = pull_s * 1000.0, now + pull_s
         self.sim.after(pull_s + self.timings.init_s + self.timings.start_s, self._start, s)
+
+    def _failing_pull(
+        self, s: PodSim, node: Any, container: dict[str, Any], *, init: bool, outage: bool
+    ) -> None:
+        FailingPull(
+            sim=self.sim,
+            events=self.events,
+            current=lambda: self._current(s),
+            update=lambda mutate: self._update(s, mutate),
+            when=self._when,
+            node=node.name,
+            container=container,
+            init=init,
+            outage=outage,
+        ).start()
+
+    def _pulled(self, s: PodSim, message: str, path: str) -> None:
+        pod = self._current(s)
+        if pod is not None:
+            self.events.add("Pulled", pod, message, node=s.node, field_path=path)
 
     def _start(self, s: PodSim) -> None:
         pod = self._current(s)
@@ -321,20 +404,24 @@ class Kubelet:
         self._fail(s, "Completed" if code == 0 else "Error", message, code)
 
     def _mark_running(self, s: PodSim) -> None:
-        stamp, when = self._stamp(), self._when()
-        pulled = self._stamp(s.pulled_at)
+        when = self._when()
+        current = self._current(s)
+        if current is None:
+            return
+        name = main_container(current).get("name", "sandbox")
+        path = f"spec.containers{{{name}}}"
+        # The kubelet records Created and Started before the status manager reports Running.
+        self.events.add(
+            "Created", current, f"Created container: {name}", node=s.node, field_path=path
+        )
+        self.events.add(
+            "Started", current, f"Started container {name}", node=s.node, field_path=path
+        )
 
         def running(p: Obj) -> None:
             mark_running(p, when)
-            ann = annotations_of(p)
-            ann[K.STARTED_AT] = stamp
-            ann[K.PULLED_AT] = pulled
-            ann[K.IMAGE_PRESENT] = "true" if s.image_present else "false"
-            ann[K.PULL_MS] = f"{s.pull_ms or 0.0:.3f}"
 
-        pod = self._update(s, running)
-        if pod is not None:
-            self.events.add("Started", pod, "Started container sandbox", node=s.node)
+        if self._update(s, running) is not None:
             self.sim.after(self.timings.probe_delay_s, self._probe, s)
 
     # --- readiness -------------------------------------------------------------------------
@@ -382,13 +469,8 @@ class Kubelet:
     def _mark_ready(self, s: PodSim) -> None:
         if self._current(s) is None:
             return
-        stamp, when = self._stamp(), self._when()
-
-        def ready(p: Obj) -> None:
-            mark_ready(p, when)
-            annotations_of(p)[K.READY_AT] = stamp
-
-        self._update(s, ready)
+        when = self._when()
+        self._update(s, lambda p: mark_ready(p, when))
 
     async def _http_probe(self, url: str) -> bool:
         if self._http is None:
@@ -415,7 +497,8 @@ class Kubelet:
         s.done = True
         self.scheduler.release(s.node, s.uid)
         if pod is not None and code != 0:
-            self.events.add("Failed", pod, message, type="Warning", node=s.node)
+            path = f"spec.containers{{{main_container(pod).get('name', 'sandbox')}}}"
+            self.events.add("Failed", pod, message, type="Warning", node=s.node, field_path=path)
 
     async def close(self) -> None:
         if self._http is not None:
@@ -439,3 +522,11 @@ def probe_target(pod: Obj) -> str | None:
     path = http.get("path") or "/"
     scheme = str(http.get("scheme") or "HTTP").lower()
     return f"{scheme}://{host}:{port}{path if path.startswith('/') else '/' + path}"
+
+
+def _unscheduled(pod: Obj, when: str, reason: str, message: str) -> None:
+    """PodScheduled False with the scheduler's reason and message."""
+    set_condition(pod["status"], "PodScheduled", False, when, reason)
+    for cond in pod["status"]["conditions"]:
+        if cond["type"] == "PodScheduled":
+            cond["message"] = message

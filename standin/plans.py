@@ -18,7 +18,11 @@ list, watch: ``429`` (shed before any item is read; ``Retry-After: retry_after_s
     watch: ``drop`` (the stream's connection breaks after its initial events).
 delete: ``500_not_applied``, ``reset_after_apply`` (applied, reply lost),
     ``hang_not_applied`` / ``hang_after_apply`` (no answer until the client gives up).
-pod: ``fail_start`` (phase Failed while starting), ``never_ready`` (Running, never Ready).
+pod: ``fail_start`` (phase Failed while starting), ``never_ready`` (Running, never Ready),
+    ``bad_image`` (the task image cannot be pulled: ErrImagePull -> ImagePullBackOff),
+    ``carrier_outage`` (the init container's carrier image cannot be pulled: the registry
+    is unreachable); see ``pullfail.py``.
+create: ``scheduling_gate`` also: stored, with a scheduling gate a mutating webhook added.
 
 Invariant: a plan fires at most ``times`` times (``None`` = every match), and each firing
 is counted in ``fired`` so a test can assert its trigger really happened.
@@ -45,6 +49,7 @@ ACTIONS: dict[str, frozenset[str]] = {
             "webhook_timeout",
             "504_store_later",
             "reset_store_later",
+            "scheduling_gate",
         }
     ),
     "list": frozenset({"429"}),
@@ -52,7 +57,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     "delete": frozenset(
         {"500_not_applied", "reset_after_apply", "hang_not_applied", "hang_after_apply"}
     ),
-    "pod": frozenset({"fail_start", "never_ready"}),
+    "pod": frozenset({"fail_start", "never_ready", "bad_image", "carrier_outage"}),
 }
 
 

@@ -123,6 +123,7 @@ class NodeState:
     images: dict[str, float] = field(default_factory=dict)  # image -> sim time it is present
     binds: deque[float] = field(default_factory=deque)
     address_failures: int = 0
+    unreachable: bool = False  # lost: Ready Unknown, takes no new pods
     used_cpu: int = 0
     used_mem: int = 0
     pod_block: int = 0  # this node's /24 of 127.0.0.0/8 is 127.<pod_block // 256>.<% 256>.0
@@ -168,7 +169,8 @@ class NodeState:
 
     def fits(self, cpu: int, mem: int) -> bool:
         return (
-            len(self.pods) < self.spec.max_pods
+            not self.unreachable
+            and len(self.pods) < self.spec.max_pods
             and self.used_cpu + cpu <= self.cpu_millis
             and self.used_mem + mem <= self.memory_bytes
         )
@@ -221,6 +223,7 @@ class NodeState:
             "pods": len(self.pods),
             "images": sorted(self.images),
             "address_failures": self.address_failures,
+            "ready": "Unknown" if self.unreachable else "True",
         }
 
 
@@ -283,6 +286,11 @@ class Scheduler:
         cpu, mem = pod_requests(pod.get("spec") or {})
         node.add_pod(meta["uid"], cpu, mem, dict(meta.get("labels") or {}), meta["namespace"])
         node.binds.append(now)
+
+    def mark_unreachable(self, name: str) -> None:
+        node = self._by_name.get(name)
+        if node is not None:
+            node.unreachable = True
 
     def release(self, node_name: str | None, uid: str) -> None:
         node = self._by_name.get(node_name or "")

@@ -1,9 +1,11 @@
-"""The stand-in's HTTP face: the pod and ConfigMap subset of the Kubernetes API.
+"""The stand-in's HTTP face: the pod, ConfigMap and Event subset of the Kubernetes API.
 
 Routes (what the official client sends): create/list/watch under
 ``/api/v1/namespaces/{ns}/{pods|configmaps|secrets}``, get/patch/delete on ``.../{name}``,
-cluster wide list/watch on ``/api/v1/{pods|configmaps|secrets}``, and ``/version``. Control
-routes for tests and benchmarks live under ``/_standin/`` (see ``control.py``).
+cluster wide list/watch on ``/api/v1/{pods|configmaps|secrets}``, and ``/version``. Events
+(``/api/v1/namespaces/{ns}/events``, ``/api/v1/events``) are read-only here: get, list,
+watch from their own store, which ``events.EventLog`` writes and expires. Control routes for
+tests and benchmarks live under ``/_standin/`` (see ``control.py``).
 
 Order inside each write handler (tests rely on it): count the request -> ``*_received``
 gate -> take a failure plan -> "before store" faults -> store -> ``create_stored`` /
@@ -21,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from standin import admission
-from standin import keys as K
+from standin.events import EventLog
 from standin.gates import GateContext, GateRegistry
 from standin.kubelet import prepare_pod
 from standin.paging import BadToken, Expired, Pager
@@ -64,10 +66,12 @@ class ApiServer:
         precise_now: Callable[[], str] | None = None,
         terminator: Terminator | None = None,
         schedule: Callable[[float, Callable[[], None]], None] | None = None,
+        events: EventLog | None = None,
     ) -> None:
         self.schedule = schedule  # run later on the simulated clock (late-landing creates)
         self.precise_now = precise_now
         self.terminator = terminator  # graceful deletion; None: a DELETE removes at once
+        self.events = events
         self.store, self.gates, self.plans, self.stats = store, gates, plans, stats
         self.gone_mode = gone_mode
         self.bookmark_interval_s = bookmark_interval_s
@@ -107,6 +111,19 @@ class ApiServer:
         resource = request.match_info["resource"]
         return resource if resource in KINDS else None
 
+    def _store_for(self, resource: str) -> Store:
+        """Events live in their own store (expired first); everything else in ``store``."""
+        if resource == "events" and self.events is not None:
+            self.events.expire()
+            return self.events.store
+        return self.store
+
+    @staticmethod
+    def _read_only(resource: str) -> web.Response | None:
+        if resource == "events":
+            return _error(405, "the stand-in serves events read-only", reason="MethodNotAllowed")
+        return None
+
     async def _hang(self) -> None:
         """Never answer: ends when the client gives up (handler cancelled) or on stop."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -135,7 +152,7 @@ class ApiServer:
             return _error(404, "the server could not find the requested resource")
         self.stats.record("get", resource, ns, name)
         await self.gates.hold(GateContext("get_received", "get", resource, ns, name))
-        obj = self.store.get(resource, ns, name)
+        obj = self._store_for(resource).get(resource, ns, name)
         if obj is None:
             return _error(404, f'{resource} "{name}" not found', name=name, kind=resource)
         return web.json_response(obj)
@@ -159,14 +176,15 @@ class ApiServer:
         shed = self.plans.take_plan("list", "", None, ACTIONS["list"])
         if shed is not None:
             return admission.throttled_response(shed.retry_after_s)
-        items, rv = self.store.list(resource, ns, labels, fields)
+        store = self._store_for(resource)
+        items, rv = store.list(resource, ns, labels, fields)
         _, list_kind = KINDS[resource]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if paging:
             try:
                 limit = int(paging.get("limit") or 0)
                 page = (
-                    self.pager.next(paging["continue"], limit, self.store.compacted_rv, items, rv)
+                    self.pager.next(paging["continue"], limit, store.compacted_rv, items, rv)
                     if "continue" in paging
                     else self.pager.first(items, rv, limit)
                 )
@@ -196,8 +214,9 @@ class ApiServer:
         timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
         watcher = Watcher(resource, ns, labels, fields, bookmarks)
         live: Watcher | None = watcher  # None once the answer is a 410 ERROR event
+        store = self._store_for(resource)
         try:
-            initial = self.store.subscribe(watcher, q.get("resourceVersion"))
+            initial = store.subscribe(watcher, q.get("resourceVersion"))
         except StoreError as exc:
             return _error(exc.code, exc.message, reason=exc.reason)
         except Gone as gone:
@@ -216,18 +235,18 @@ class ApiServer:
                 request.transport.abort()  # the connection breaks mid-stream (no clean end)
                 return resp
             if live is not None:
-                await self._pump(resp, live, timeout)
+                await self._pump(resp, live, timeout, store)
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away: nothing to deliver
         finally:
             if live is not None:
-                self.store.unsubscribe(live)
+                store.unsubscribe(live)
             self.stats.watch_closed()
         return resp
 
     async def _pump(
-        self, resp: web.StreamResponse, watcher: Watcher, timeout: float | None
+        self, resp: web.StreamResponse, watcher: Watcher, timeout: float | None, store: Store
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -246,14 +265,12 @@ class ApiServer:
             except TimeoutError:
                 if deadline is not None and loop.time() >= deadline:
                     break
-                item = self.store.bookmark_event(watcher.resource)
+                item = store.bookmark_event(watcher.resource)
             if item is CLOSE:
                 return
             await resp.write(json.dumps(item).encode() + b"\n")
         if watcher.bookmarks:  # the API server bookmarks the end of a timed-out watch
-            await resp.write(
-                json.dumps(self.store.bookmark_event(watcher.resource)).encode() + b"\n"
-            )
+            await resp.write(json.dumps(store.bookmark_event(watcher.resource)).encode() + b"\n")
 
     def bookmark_all(self) -> int:
         sent = 0
@@ -269,6 +286,8 @@ class ApiServer:
         ns = request.match_info["ns"]
         if resource is None:
             return _error(404, "the server could not find the requested resource")
+        if (refused := self._read_only(resource)) is not None:
+            return refused
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -311,13 +330,9 @@ class ApiServer:
             if request.query.get("dryRun") == "All":
                 return web.json_response(admission.dry_run_object(body, ns), status=201)
             prepare_pod(body)
-            stamp = self.precise_now() if self.precise_now else None
-            if stamp:
-                meta["annotations"] = {
-                    **(meta.get("annotations") or {}),
-                    K.CREATED_AT: stamp,
-                }
-                body["metadata"] = meta
+            if action == "scheduling_gate":  # as a mutating admission webhook would
+                gates = body["spec"].setdefault("schedulingGates", [])
+                gates.append({"name": "webhook.standin.example/hold"})
         try:
             if resource == "secrets":
                 prepare_secret(body)
@@ -367,6 +382,8 @@ class ApiServer:
         ns, name = request.match_info["ns"], request.match_info["name"]
         if resource is None:
             return _error(404, "the server could not find the requested resource")
+        if (refused := self._read_only(resource)) is not None:
+            return refused
         ctype = request.content_type
         if ctype not in PATCH_TYPES:
             return _error(
@@ -433,6 +450,8 @@ class ApiServer:
         ns, name = request.match_info["ns"], request.match_info["name"]
         if resource is None:
             return _error(404, "the server could not find the requested resource")
+        if (refused := self._read_only(resource)) is not None:
+            return refused
         raw = await request.read()
         try:
             options = json.loads(raw) if raw else {}

@@ -34,6 +34,7 @@ KINDS = {
     "pods": ("Pod", "PodList"),
     "configmaps": ("ConfigMap", "ConfigMapList"),
     "secrets": ("Secret", "SecretList"),
+    "events": ("Event", "EventList"),
 }
 CLOSE = object()  # sentinel put on a watcher's queue to end its stream
 
@@ -257,6 +258,11 @@ class Store:
             event = watcher.translate(change)
             if event is not None:
                 watcher.queue.put_nowait(event)
+        if kind == "MODIFIED" and old is not None:  # listeners that care about updates
+            for listener in self.listeners:
+                on_updated = getattr(listener, "on_updated", None)
+                if on_updated is not None:
+                    on_updated(resource, obj, old)
 
     # --- watches --------------------------------------------------------------------------
     def subscribe(self, watcher: Watcher, since: str | None) -> builtins.list[dict[str, Any]]:

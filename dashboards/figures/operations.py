@@ -51,13 +51,15 @@ def address_failures_figure(
     window: Window | None = None,
 ) -> Figure:
     """Two panels: failures per minute over time (left), failures per sandbox by node
-    load (right, its own axes)."""
+    load (right, its own axes). Sandboxes no Event told about are "unknown": shown in the
+    hover text and a note, never counted as zero failures."""
     over_time = go.Bar(
         name="address failures / min",
         x=[utc_label(r.bucket_start) for r in per_minute],
         y=[round(r.failures_per_min, 3) for r in per_minute],
         width=per_minute[0].bucket_s * 1000 if per_minute else None,
         offset=0,
+        text=[f"{r.unknown} unknown" if r.unknown else "" for r in per_minute],
         marker={"color": FAILURE_COLOUR},
         xaxis="x",
         yaxis="y",
@@ -69,7 +71,9 @@ def address_failures_figure(
             None if r.failures_per_sandbox is None else round(r.failures_per_sandbox, 3)
             for r in by_load
         ],
-        text=[f"n={r.sandboxes}" for r in by_load],
+        text=[
+            f"n={r.sandboxes}" + (f", {r.unknown} unknown" if r.unknown else "") for r in by_load
+        ],
         mode="lines+markers",
         line={"color": "#102a43"},
         marker={"size": 8},
@@ -91,6 +95,20 @@ def address_failures_figure(
         yaxis2={**value_axis("failures per sandbox"), "anchor": "x2"},
         hovermode="closest",
     )
+    unknown = sum(r.unknown for r in per_minute)
+    if unknown:
+        layout["annotations"] = [
+            *layout.get("annotations", []),
+            {
+                "text": f"{unknown} sandboxes unknown (no address Event)",
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.0,
+                "y": 1.0,
+                "showarrow": False,
+                "font": {"size": 11, "color": "#7b8794"},
+            },
+        ]
     return to_figure([over_time, by_node_load], layout)
 
 

@@ -21,11 +21,13 @@ class AddressFailureBucket:
     bucket_s: int
     sandboxes: int
     address_failures: int
+    unknown: int = 0  # sandboxes no Event told about: not counted as 0 failures
     TABLE: ClassVar[tuple[str, ...]] = (
         "bucket_start",
         "bucket_s",
         "sandboxes",
         "address_failures",
+        "unknown",
         "failures_per_min",
     )
 
@@ -41,16 +43,19 @@ class AddressFailureLoad:
     node_load: int
     sandboxes: int
     address_failures: int
+    unknown: int = 0  # sandboxes no Event told about: left out of the per-sandbox rate
     TABLE: ClassVar[tuple[str, ...]] = (
         "node_load",
         "sandboxes",
         "address_failures",
+        "unknown",
         "failures_per_sandbox",
     )
 
     @property
     def failures_per_sandbox(self) -> float | None:
-        return self.address_failures / self.sandboxes if self.sandboxes else None
+        known = self.sandboxes - self.unknown
+        return self.address_failures / known if known > 0 else None
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,8 @@ class AddressFailureRow:
     """One line of the address-failure table: both views in one long table (one CSV).
 
     ``view`` is ``per_minute`` (``bucket_start`` set, ``rate`` = failures per minute) or
-    ``by_node_load`` (``node_load`` set, ``rate`` = failures per sandbox).
+    ``by_node_load`` (``node_load`` set, ``rate`` = failures per sandbox). ``unknown``
+    counts the sandboxes no Event told about (left out of the rate, never read as 0).
     """
 
     view: str
@@ -118,12 +124,14 @@ class AddressFailureRow:
     sandboxes: int
     address_failures: int
     rate: float | None
+    unknown: int = 0
     TABLE: ClassVar[tuple[str, ...]] = (
         "view",
         "bucket_start",
         "node_load",
         "sandboxes",
         "address_failures",
+        "unknown",
         "rate",
     )
 
@@ -133,7 +141,13 @@ def address_failure_table(
 ) -> list[AddressFailureRow]:
     rows = [
         AddressFailureRow(
-            "per_minute", r.bucket_start, None, r.sandboxes, r.address_failures, r.failures_per_min
+            "per_minute",
+            r.bucket_start,
+            None,
+            r.sandboxes,
+            r.address_failures,
+            r.failures_per_min,
+            r.unknown,
         )
         for r in per_minute
     ]
@@ -145,6 +159,7 @@ def address_failure_table(
             r.sandboxes,
             r.address_failures,
             r.failures_per_sandbox,
+            r.unknown,
         )
         for r in by_load
     )

@@ -73,9 +73,13 @@ def address_failures_per_minute(*, window: Window) -> list[AddressFailureBucket]
         _scheduled_in(window)
         .annotate(op_bucket=FloorDiv(EpochMs(F("op_at")), bucket_s * 1000))
         .values("op_bucket")
-        .annotate(op_n=Count("pk"), op_failures=Sum("address_failures"))
+        .annotate(
+            op_n=Count("pk"),
+            op_failures=Sum("address_failures"),
+            op_unknown=Count("pk", filter=Q(address_failures__isnull=True)),
+        )
         .order_by("op_bucket")
-        .values_list("op_bucket", "op_n", "op_failures")
+        .values_list("op_bucket", "op_n", "op_failures", "op_unknown")
     )
     return [
         AddressFailureBucket(
@@ -83,8 +87,9 @@ def address_failures_per_minute(*, window: Window) -> list[AddressFailureBucket]
             bucket_s=bucket_s,
             sandboxes=int(n),
             address_failures=int(failures or 0),
+            unknown=int(unknown),
         )
-        for bucket, n, failures in rows
+        for bucket, n, failures, unknown in rows
     ]
 
 
@@ -104,15 +109,18 @@ def address_failures_by_node_load(*, window: Window) -> list[AddressFailureLoad]
     )
     inner_sql, params = inner.query.sql_with_params()
     rows = raw_rows(
-        "SELECT op_load, COUNT(*), SUM(op_failures) FROM ("
+        "SELECT op_load, COUNT(*), SUM(op_failures),"
+        " SUM(CASE WHEN op_failures IS NULL THEN 1 ELSE 0 END) FROM ("
         "SELECT address_failures AS op_failures, "
         "COUNT(*) OVER (PARTITION BY node, op_bucket) AS op_load "
         f"FROM ({inner_sql}) op_src) op_loaded GROUP BY op_load ORDER BY op_load",
         params,
     )
     return [
-        AddressFailureLoad(node_load=int(load), sandboxes=int(n), address_failures=int(f or 0))
-        for load, n, f in rows
+        AddressFailureLoad(
+            node_load=int(load), sandboxes=int(n), address_failures=int(f or 0), unknown=int(u)
+        )
+        for load, n, f, u in rows
     ]
 
 

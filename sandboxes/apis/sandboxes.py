@@ -109,7 +109,7 @@ class SandboxDetailApi(JsonApiView):
 
         key_hash = serializers.CharField()
         agent_used = serializers.BooleanField()
-        address_failures = serializers.IntegerField()
+        address_failures = serializers.IntegerField(allow_null=True)
         image_present = serializers.BooleanField(allow_null=True)
         pull_ms = serializers.FloatField(allow_null=True)
         api_created_at = serializers.DateTimeField(allow_null=True)

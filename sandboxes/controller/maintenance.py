@@ -1,5 +1,5 @@
-"""Periodic work: reconcile until it succeeded, idle trim, lifetime reclaim, delete retries,
-warm refill and drains carried on.
+"""Periodic work: reconcile until it succeeded, idle trim, lifetime reclaim, lost sandboxes,
+delete retries, warm refill and drains carried on.
 
 Every step is idempotent and returns counts. A step never decides alone what another
 collaborator owns: deletes go through the ``Deleter``, warm builds through the
@@ -20,6 +20,7 @@ from sandboxes.controller.reconcile import Reconciler
 from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
+from sandboxes.services import sandbox_mark_lost
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class MaintenanceRunner:
         counts = {
             "trimmed": await self._trim_idle(),
             "reclaimed": await self._reclaim_expired(),
+            "lost": await self._fail_lost(),
             "deletes_retried": await self._deleter.retry_due(),
             "warm_started": sum(self._creates.fill(rt) for rt in self._runtimes.all()),
             "drained": 0,
@@ -78,6 +80,39 @@ class MaintenanceRunner:
                         rt,
                     )
                 )
+        if deletes:
+            await asyncio.wait(deletes)
+        return len(deletes)
+
+    async def _fail_lost(self) -> int:
+        """Sandboxes the backend lost (evicted, node lost, Ready turned False): failed with
+        the reason their holder reads, out of the pool, deleted. Backends that cannot lose a
+        Ready sandbox have no ``take_lost``."""
+        take_lost = getattr(self._state.provider, "take_lost", None)
+        if take_lost is None:
+            return 0
+        deletes = []
+        for lost in take_lost():
+            found = await self._tasks.db(
+                sandbox_mark_lost,
+                name=lost.name,
+                uid=lost.uid,
+                reason=lost.reason,
+                message=lost.message,
+                backend=self._state.backend,
+                now=self._state.now(),
+            )
+            if found is None:
+                continue
+            sandbox_id, job_id, before = found
+            log.warning("sandbox %s lost while %s: %s", lost.name, before, lost.reason)
+            rt = await self._runtimes.get(job_id)
+            deletes.append(
+                self._tasks.spawn(
+                    self._deleter.delete_sandbox(rt, sandbox_id, reason="lost", kind=events.LOST),
+                    rt,
+                )
+            )
         if deletes:
             await asyncio.wait(deletes)
         return len(deletes)

@@ -85,7 +85,18 @@ class ReadyInfo:
     timeline: dict[str, dt.datetime] = field(default_factory=dict)
     image_present: bool | None = None
     pull_ms: float | None = None
-    address_failures: int = 0
+    # None: unknown (no Event told, e.g. expired or dropped) -- never counted as 0.
+    address_failures: int | None = 0
+
+
+@dataclass(frozen=True)
+class LostSandbox:
+    """A sandbox that was Ready and no longer is: evicted, its node lost, Ready False."""
+
+    name: str
+    uid: str
+    reason: str  # "Evicted", "NotReady", ...: the backend's own word
+    message: str
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,11 @@ from sandboxes.models import Job, Sandbox, SandboxEvent
 from sandboxes.providers.base import ReadyInfo
 from sandboxes.services._publish import publish_on_commit
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
-from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound
+from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound, SandboxLost
+
+# failure_reason of a sandbox the backend lost while Ready or handed out.
+LOST_PREFIX = "lost: "
+_LOSABLE = (SandboxState.READY, SandboxState.IN_USE, SandboxState.RELEASED)
 
 # The time field each state stamps when entered.
 _STATE_STAMP: dict[str, str] = {
@@ -321,6 +325,12 @@ def release_locked(
     suite: str | None = None,
 ) -> Sandbox:
     """:func:`sandbox_release` for a row the caller locked in its open transaction."""
+    if sandbox.failure_reason.startswith(LOST_PREFIX):
+        raise SandboxLost(
+            f"sandbox {sandbox.name} was lost by its backend: "
+            f"{sandbox.failure_reason[len(LOST_PREFIX) :]}",
+            {"state": sandbox.state, "failure_reason": sandbox.failure_reason},
+        )
     if sandbox.state != SandboxState.IN_USE:
         if sandbox.released_at is not None or sandbox.state in (
             SandboxState.RELEASED,
@@ -380,6 +390,35 @@ def sandbox_fail(
         extra_events=[(kind, now, {"error": reason[:500], **(detail or {})})],
         reason=reason[:200],
     )
+
+
+def sandbox_mark_lost(
+    *, name: str, uid: str, reason: str, message: str, backend: str, now: dt.datetime
+) -> tuple[int, int, str] | None:
+    """The backend lost a Ready, in-use or released sandbox: failed, with the reason its
+    holder reads (GET shows it, a release answers ``SandboxLost``) and a ``lost`` event.
+
+    Returns (sandbox id, job id, the state it was in), or None when no such row is in one
+    of those states (being created: its wait fails by itself; being deleted: ours).
+    """
+    with transaction.atomic():
+        sandbox = (
+            Sandbox.objects.select_for_update()
+            .filter(name=name, backend=backend, state__in=_LOSABLE)
+            .first()
+        )
+        if sandbox is None or (uid and sandbox.backend_uid and sandbox.backend_uid != uid):
+            return None
+        before = sandbox.state
+        text = f"{LOST_PREFIX}{reason}: {message}" if message else f"{LOST_PREFIX}{reason}"
+        sandbox_fail(
+            sandbox_id=sandbox.pk,
+            reason=text,
+            now=now,
+            kind=events.LOST,
+            detail={"reason": reason, "message": message[:500]},
+        )
+        return sandbox.pk, sandbox.job_id, before
 
 
 def sandbox_mark_gone(*, sandbox_id: int, reason: str, now: dt.datetime) -> Sandbox | None:

@@ -28,12 +28,14 @@ from sandboxes.tests.controller_support import (
     SPEC,
     acquire_args,
     execd,
+    kinds,
     make_job,
     state,
     wait_until,
 )
 from sandboxes.tests.ownership import backends
-from sandman_site.errors import AcquireTimeout, JobNotActive, PoolCapReached
+from sandman_site import errors
+from sandman_site.errors import AcquireTimeout, JobNotActive, PoolCapReached, SandmanError
 from standin.clock import FakeClock
 from standin.harness.support import NS, pod_container
 from standin.tests.conftest import core_for
@@ -411,3 +413,84 @@ def test_a_trainer_pod_in_the_sandbox_namespace_owns_the_pods_one_elsewhere_does
     assert backend.alive(got_here.name) and backend.alive(got_elsewhere.name)
     out = execd(got_elsewhere.address, got_elsewhere.token, "/exec", {"command": "echo ok"})
     assert out["output"].strip() == "ok"
+
+
+@pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
+def test_a_bad_task_image_fails_the_acquire_with_the_kubelets_reason_and_deletes_the_pod(backend):
+    """Kubernetes -- Images, "ImagePullBackOff"
+    (https://kubernetes.io/docs/concepts/containers/images/#imagepullbackoff): final once
+    the kubelet backs off; the trainer reads why, the row keeps it, the pod is deleted."""
+    controller = backend.controller()
+    job = make_job()
+    backend.cluster.plans.add("pod", "bad_image", times=None)
+    with pytest.raises(SandmanError) as failed:
+        controller.acquire(**acquire_args(job))
+    assert "ImagePullBackOff" in str(failed.value)
+    (row,) = Sandbox.objects.filter(job=job)
+    wait_until(
+        lambda: (
+            "ImagePullBackOff in container sandbox" in Sandbox.objects.get(pk=row.pk).failure_reason
+        ),
+        what="the failure recorded with the kubelet's reason",
+    )
+    wait_until(lambda: backend.cluster.pods(NS) == [], what="the stuck pod deleted")
+
+
+LOSSES = {
+    # disruption -> the reason the holder reads
+    "evict": "Evicted",  # node-pressure eviction: phase Failed, reason Evicted
+    "lose_node": "NotReady",  # the node stops reporting: its pods turn Ready False
+    "fail_probe": "NotReady",  # the readiness probe fails: Ready flips back to False
+}
+
+
+def _disrupt(cluster, how: str, name: str) -> None:
+    if how == "evict":
+        assert cluster.evict_pod(NS, name)
+    elif how == "lose_node":
+        assert cluster.lose_node(cluster.pod(NS, name)["spec"]["nodeName"]) >= 1
+    else:
+        assert cluster.fail_probe(NS, name)
+
+
+def _lost(controller, sandbox_id: int) -> bool:
+    controller.run_maintenance()  # the round that reads what the provider saw
+    return Sandbox.objects.get(pk=sandbox_id).failure_reason.startswith("lost: ")
+
+
+@pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
+@pytest.mark.parametrize("how", sorted(LOSSES))
+def test_a_lost_in_use_sandbox_is_reported_to_its_holder_on_get_and_on_release(backend, how):
+    """Kubernetes -- Node-pressure Eviction; Nodes ("Node status"); readiness probes: an
+    in-use sandbox whose pod is evicted, whose node is lost or whose Ready flips back to
+    False is failed with the reason (GET shows state, failure_reason and the ``lost``
+    event), its release answers 409 ``sandbox_lost``, and its pod is deleted."""
+    lost_kind, lost_error = events.LOST, errors.SandboxLost
+    controller = backend.controller()
+    job = make_job()
+    got = controller.acquire(**acquire_args(job))
+    _disrupt(backend.cluster, how, got.name)
+    wait_until(lambda: _lost(controller, got.sandbox_id), what="the loss recorded")
+    row = Sandbox.objects.get(pk=got.sandbox_id)
+    assert row.state in ("failed", "deleting", "deleted")
+    assert f"lost: {LOSSES[how]}" in row.failure_reason
+    assert lost_kind in kinds(got.sandbox_id)
+    with pytest.raises(lost_error) as lost:
+        controller.release(sandbox_id=got.sandbox_id)
+    assert lost.value.status == 409 and LOSSES[how] in str(lost.value)
+    wait_until(lambda: not backend.alive(got.name), what="the lost pod deleted")
+
+
+@pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
+def test_a_warm_sandbox_whose_ready_flips_back_is_deleted_and_never_handed_out(backend):
+    lost_kind = events.LOST
+    controller = backend.controller()
+    job = make_job()
+    controller.prewarm(job_id=job.pk, keys=[prewarm_key(1)])
+    controller.wait_idle()
+    warm = Sandbox.objects.get(job=job)
+    _disrupt(backend.cluster, "fail_probe", warm.name)
+    wait_until(lambda: _lost(controller, warm.pk), what="the warm loss recorded")
+    got = controller.acquire(**acquire_args(job))
+    assert got.sandbox_id != warm.pk and lost_kind in kinds(warm.pk)
+    wait_until(lambda: state(warm.pk) == "deleted", what="the lost warm pod deleted")

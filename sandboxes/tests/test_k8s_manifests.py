@@ -37,6 +37,7 @@ MODELS = {
 POD_VERBS = {"create", "get", "list", "watch", "patch", "delete"}
 ANCHOR_VERBS = {"create", "get", "list", "watch", "delete"}
 SECRET_VERBS = {"create", "list", "delete"}  # the job's key Secret: never read back
+EVENT_VERBS = {"get", "list", "watch"}  # read-only: the provider reads core/v1 Events
 
 
 def _render() -> list[dict[str, Any]]:
@@ -103,7 +104,7 @@ def test_every_object_is_a_known_kind_and_deserialises_without_losing_fields(
         assert _round_trip(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
 
 
-def test_the_role_grants_exactly_pods_anchor_configmaps_and_job_secrets(
+def test_the_role_grants_exactly_pods_anchor_configmaps_job_secrets_and_reading_events(
     objects: list[dict[str, Any]],
 ) -> None:
     role = _find(objects, "Role", "sandman-sandboxes")
@@ -113,6 +114,7 @@ def test_the_role_grants_exactly_pods_anchor_configmaps_and_job_secrets(
         (("",), ("pods",)): POD_VERBS,
         (("",), ("configmaps",)): ANCHOR_VERBS,
         (("",), ("secrets",)): SECRET_VERBS,
+        (("",), ("events",)): EVENT_VERBS,
     }
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     binding = _find(objects, "RoleBinding", "sandman-sandboxes")

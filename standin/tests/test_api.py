@@ -283,7 +283,7 @@ def test_deleting_an_anchor_garbage_collects_the_pods_it_owns(
     cluster.run_until_idle()
     assert [p["metadata"]["name"] for p in cluster.pods(NS)] == ["free"]
     gc = [e for e in cluster.events() if e["reason"] == "GarbageCollected"]
-    assert [e["object"]["name"] for e in gc] == ["owned"]
+    assert [e["involvedObject"]["name"] for e in gc] == ["owned"]
 
 
 def test_a_pod_whose_owner_never_existed_is_garbage_collected(

@@ -77,17 +77,9 @@ def test_no_production_module_imports_the_standin() -> None:
     assert offenders == []
 
 
-def test_the_standins_own_keys_are_the_ones_the_provider_reads() -> None:
-    pairs = {
-        keys.CREATED_AT: labels.STANDIN_CREATED_AT,
-        keys.SCHEDULED_AT: labels.STANDIN_SCHEDULED_AT,
-        keys.ADDRESS_ASSIGNED_AT: labels.STANDIN_ADDRESS_ASSIGNED_AT,
-        keys.ADDRESS_FAILURES: labels.STANDIN_ADDRESS_FAILURES,
-        keys.PULLED_AT: labels.STANDIN_PULLED_AT,
-        keys.IMAGE_PRESENT: labels.STANDIN_IMAGE_PRESENT,
-        keys.PULL_MS: labels.STANDIN_PULL_MS,
-        keys.STARTED_AT: labels.STANDIN_STARTED_AT,
-        keys.READY_AT: labels.STANDIN_READY_AT,
-        keys.IMAGE_BYTES: labels.STANDIN_IMAGE_BYTES,
-    }
-    assert [ours for ours, theirs in pairs.items() if ours != theirs] == []
+def test_the_provider_reads_no_key_only_the_standin_writes() -> None:
+    assert keys.IMAGE_BYTES.startswith("standin.sandman.dev/")  # an input only it reads
+    # Timings come from core/v1 Events and pod conditions, as on a real cluster: the
+    # provider names no key that only the stand-in writes.
+    read = [v for v in vars(labels).values() if isinstance(v, str)]
+    assert [v for v in read if v.startswith("standin.sandman.dev/")] == []

@@ -32,6 +32,18 @@ def test_address_failures_draw_per_minute_bars_and_a_load_curve_on_their_own_axe
     assert "annotations" not in fig["layout"]
 
 
+def test_sandboxes_without_address_events_are_shown_as_unknown() -> None:
+    per_minute = [AddressFailureBucket(T, 60, 3, 2, unknown=2)]
+    fig = figures.address_failures_figure(per_minute, [AddressFailureLoad(2, 3, 2, unknown=2)])
+    bars, curve = fig["data"]
+    assert list(bars["text"]) == ["2 unknown"] and list(curve["text"]) == ["n=3, 2 unknown"]
+    assert list(curve["y"]) == [2.0]  # 2 failures over the 1 sandbox we know about
+    (note,) = fig["layout"]["annotations"]
+    assert note["text"] == "2 sandboxes unknown (no address Event)"
+    (row, _) = address_failure_table(per_minute, [AddressFailureLoad(2, 3, 2, unknown=2)])
+    assert row.unknown == 2
+
+
 def test_failures_per_minute_are_scaled_from_wider_buckets() -> None:
     fig = figures.address_failures_figure([AddressFailureBucket(T, 300, 2, 10)], [])
     assert list(fig["data"][0]["y"]) == [2.0]

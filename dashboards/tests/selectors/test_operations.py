@@ -72,6 +72,22 @@ def test_address_failures_by_node_load_count_sandboxes_per_node_and_bucket() -> 
     assert rows[1].failures_per_sandbox == 1.5
 
 
+def test_sandboxes_without_address_events_are_counted_unknown_not_as_zero_failures() -> None:
+    """No core/v1 Event told (expired, dropped): ``address_failures`` is NULL -- the views
+    count such sandboxes as unknown and leave them out of the per-sandbox rate."""
+    job = make_job()
+    Sandbox.objects.bulk_create(
+        [
+            sandbox(job, requested_at=at(10, 5), node="n1", address_failures=3),
+            sandbox(job, requested_at=at(10, 6), node="n1", address_failures=None),
+        ]
+    )
+    (minute,) = sel.address_failures_per_minute(window=WINDOW)
+    assert (minute.sandboxes, minute.address_failures, minute.unknown) == (2, 3, 1)
+    (load,) = sel.address_failures_by_node_load(window=WINDOW)
+    assert (load.sandboxes, load.unknown, load.failures_per_sandbox) == (2, 1, 3.0)
+
+
 def _keyed(row, key: str):  # type: ignore[no-untyped-def]
     row.key_hash = key
     return row

@@ -51,6 +51,8 @@ class KubernetesConfig:
     server_request_timeout_s: float = 60.0
     watch_timeout_s: int = 300
     verify_health: bool = True
+    # How long a Ready pod waits for its Started Event (Events trail on their own stream).
+    events_grace_s: float = 2.0
     health_timeout_s: float = 2.0
     destroy_attempts: int = 5
     backoff_initial_s: float = 1.0

@@ -100,12 +100,9 @@ def _guards(pod: Pod) -> dict[str, object]:
 
 
 def ready_info(pod: Pod, config: KubernetesConfig) -> ReadyInfo:
-    """What a Ready pod tells us: podIP:port, node, timeline, image cache, address failures.
-
-    The stand-in's ``standin.sandman.dev/*`` stamps are used when present; a real cluster
-    gives the conditions (whole seconds) and the container's start time instead.
-    """
-    ann = pod_meta(pod).get("annotations") or {}
+    """What a Ready pod itself tells: podIP:port, node, guards and the times in its status
+    (whole seconds). Pulls, address failures and the finer timeline come from core/v1
+    Events (``events.EventFacts.join``); here they are unknown (None)."""
     ip = pod_status(pod).get("podIP") or ""
     port = config.execd_port
     started = None
@@ -113,24 +110,19 @@ def ready_info(pod: Pod, config: KubernetesConfig) -> ReadyInfo:
         if cs.get("name") == "sandbox":
             started = _parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
     candidates = {
-        "api_created": _parse_time(ann.get(L.STANDIN_CREATED_AT))
-        or _parse_time(pod_meta(pod).get("creationTimestamp")),
-        "scheduled": _parse_time(ann.get(L.STANDIN_SCHEDULED_AT))
-        or _condition_time(pod, "PodScheduled"),
-        "address_assigned": _parse_time(ann.get(L.STANDIN_ADDRESS_ASSIGNED_AT)),
-        "image_pulled": _parse_time(ann.get(L.STANDIN_PULLED_AT)),
-        "started": _parse_time(ann.get(L.STANDIN_STARTED_AT)) or started,
-        "ready": _parse_time(ann.get(L.STANDIN_READY_AT)) or _condition_time(pod, "Ready"),
+        "api_created": _parse_time(pod_meta(pod).get("creationTimestamp")),
+        "scheduled": _condition_time(pod, "PodScheduled"),
+        "started": started,
+        "ready": _condition_time(pod, "Ready"),
     }
-    present = ann.get(L.STANDIN_IMAGE_PRESENT)
     return ReadyInfo(
         address=f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}",
         node=(pod.get("spec") or {}).get("nodeName") or "",
         guards=_guards(pod),
         timeline={k: v for k, v in candidates.items() if v is not None},
-        image_present=None if present is None else present == "true",
-        pull_ms=float(ann[L.STANDIN_PULL_MS]) if L.STANDIN_PULL_MS in ann else None,
-        address_failures=int(ann.get(L.STANDIN_ADDRESS_FAILURES) or 0),
+        image_present=None,
+        pull_ms=None,
+        address_failures=None,
     )
 
 

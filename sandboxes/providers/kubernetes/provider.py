@@ -5,6 +5,8 @@ uses, and forwards the ``Provider`` calls to them:
 
 * ``calls.ApiCalls`` -- the executor every blocking client call runs on;
 * ``readiness.ReadinessTracker`` -- the informer's cache, waiters, ``wait_ready``;
+* ``events.EventFacts`` / ``events.EventInformer`` -- the namespace's core/v1 Events (one
+  list+watch) read into pulls, address failures and the timeline of each pod;
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
 * ``terminating.GoneTracker`` -- which pods are Terminating or gone (confirms deletes);
@@ -38,7 +40,14 @@ from typing import Any
 
 from kubernetes import client
 
-from sandboxes.providers.base import Handle, OwnedSandbox, OwnerRef, ReadyInfo, SandboxSpec
+from sandboxes.providers.base import (
+    Handle,
+    LostSandbox,
+    OwnedSandbox,
+    OwnerRef,
+    ReadyInfo,
+    SandboxSpec,
+)
 from sandboxes.providers.kubernetes.anchors import Anchors, anchor_name
 from sandboxes.providers.kubernetes.calls import ApiCalls, Background, WorkItemHook
 from sandboxes.providers.kubernetes.config import (
@@ -48,6 +57,7 @@ from sandboxes.providers.kubernetes.config import (
 )
 from sandboxes.providers.kubernetes.creator import PodCreator
 from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, PodDeleter
+from sandboxes.providers.kubernetes.events import EventFacts, EventInformer
 from sandboxes.providers.kubernetes.health import ExecdHealth
 from sandboxes.providers.kubernetes.informer import PodInformer
 from sandboxes.providers.kubernetes.jobsecrets import JobSecrets
@@ -81,6 +91,8 @@ class KubernetesProvider:
         self.core = core = client.CoreV1Api(self.api_client)
         backoff = backoff or (lambda n: min(cfg.backoff_max_s, cfg.backoff_initial_s * 2**n))
         self.informer: PodInformer | None = None
+        self.event_informer: EventInformer | None = None
+        self._event_facts = EventFacts()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         start = self._ensure_started
@@ -89,7 +101,11 @@ class KubernetesProvider:
         self._background = background = Background()
         self._health = ExecdHealth(cfg.health_timeout_s, work_item_hook)
         self._readiness = ReadinessTracker(
-            cfg, ensure_started=start, health=self._health.check, sleep=sleep
+            cfg,
+            ensure_started=start,
+            health=self._health.check,
+            sleep=sleep,
+            events=self._event_facts,
         )
         hooks = DeleteHooks(on_pending, on_deleted)
         self._gone = GoneTracker(on_gone=lambda *pod: self._deleter.note_gone(*pod))
@@ -162,6 +178,11 @@ class KubernetesProvider:
 
             self.informer = PodInformer(self.core, self.config, loop, on_sync, on_event)
             self.informer.start()
+            facts = self._event_facts
+            self.event_informer = EventInformer(
+                self.core, self.config, loop, facts.on_sync, facts.on_event
+            )
+            self.event_informer.start()
         return loop
 
     def _late_landed(self, name: str, uid: str, nonce: str) -> None:
@@ -194,6 +215,11 @@ class KubernetesProvider:
 
     async def list_owned(self) -> list[OwnedSandbox]:
         return await self._lister.list_owned()
+
+    def take_lost(self) -> list[LostSandbox]:
+        """Pods that were Ready and since failed or turned not Ready (evicted, node lost,
+        readiness probe failing), each once; the controller fails and deletes them."""
+        return self._readiness.take_lost()
 
     def check_image(self, image: str, base_commit: str | None) -> bool | None:
         """No answer before a create: a cluster learns of a bad image at pull time."""
@@ -246,6 +272,8 @@ class KubernetesProvider:
         loop = asyncio.get_running_loop()
         if self.informer is not None:
             await loop.run_in_executor(None, self.informer.stop)
+        if self.event_informer is not None:
+            await loop.run_in_executor(None, self.event_informer.stop)
         self._readiness.close()
         await loop.run_in_executor(None, self._calls.shutdown)
         await self._health.close()

@@ -9,6 +9,8 @@ Rules a reader must not break:
 * The readiness budget is measured with the provider's injected ``sleep`` (tests use a
   fake clock), the execd health probe after Ready with the loop's own time.
 * Every method runs on the provider's loop: the cache and the waiters have no lock.
+* What a Ready pod does not say itself (pulls, address failures, the finer timeline) is
+  joined from the namespace's core/v1 Events (``events.EventFacts``); no Event -> unknown.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sandboxes.providers.base import Handle, ReadyInfo
+from sandboxes.providers.base import Handle, LostSandbox, ReadyInfo
 from sandboxes.providers.kubernetes.config import KubernetesConfig
+from sandboxes.providers.kubernetes.events import EventFacts
 from sandboxes.providers.kubernetes.informer import (
     Pod,
     pod_failure,
@@ -29,6 +32,7 @@ from sandboxes.providers.kubernetes.informer import (
     pod_status,
     ready_info,
 )
+from sandboxes.providers.kubernetes.stuck import final_waiting, lost_reason, scheduling_wait
 from sandman_site.errors import SandboxNotReady
 
 T = TypeVar("T")
@@ -58,8 +62,10 @@ class ReadinessTracker:
         ensure_started: Callable[[], asyncio.AbstractEventLoop],
         health: Callable[[str, str, str], Awaitable[bool]],
         sleep: Callable[[float], Awaitable[None]],
+        events: EventFacts | None = None,
     ) -> None:
         self._config = config
+        self._events = events
         self._ensure_started = ensure_started
         self._health = health
         self._sleep = sleep
@@ -72,6 +78,8 @@ class ReadinessTracker:
         self._stored: dict[str, tuple[str, float, str]] = {}
         self._listed: tuple[float, str] | None = None
         self._waiters: dict[str, list[Waiter]] = {}
+        # Pods that were Ready and no longer are, until the owner takes them (bounded).
+        self._lost: list[LostSandbox] = []
 
     # --- what the creator and the deleter tell us -------------------------------------------
     def note_stored(self, name: str, uid: str, stored_at: float, version: str) -> None:
@@ -88,6 +96,8 @@ class ReadinessTracker:
     def on_sync(self, pods: list[Pod], started: float, version: str) -> None:
         self._listed = (started, version)
         fresh = {pod_meta(p)["name"]: p for p in pods}
+        for name, pod in fresh.items():
+            self._note_lost(self._cache.get(name), pod)
         for name in set(self._cache) - set(fresh):
             self._gone(name, pod_meta(self._cache[name]).get("uid", ""))
         self._cache = fresh
@@ -102,8 +112,24 @@ class ReadinessTracker:
                 del self._cache[name]
             self._gone(name, uid)
             return
+        self._note_lost(self._cache.get(name), pod)
         self._cache[name] = pod
         self._evaluate(name)
+
+    def _note_lost(self, old: Pod | None, new: Pod) -> None:
+        """A pod we saw Ready that is now Failed or not Ready: keep it for ``take_lost``."""
+        if old is None or pod_meta(old).get("uid") != pod_meta(new).get("uid"):
+            return
+        if not pod_is_ready(old) or (lost := lost_reason(new)) is None:
+            return
+        meta = pod_meta(new)
+        self._lost.append(LostSandbox(meta.get("name", ""), meta.get("uid", ""), *lost))
+        del self._lost[:-_DELETED_KEPT]
+
+    def take_lost(self) -> list[LostSandbox]:
+        """Every pod lost since the last call (each reported once)."""
+        lost, self._lost = self._lost, []
+        return lost
 
     def _missed(self, name: str, uid: str) -> bool:
         """True if ``name`` (stored by us as ``uid``) must have been in the last list.
@@ -168,6 +194,21 @@ class ReadinessTracker:
                         f"pod {name} cannot become Ready: {failure}", {**extra, "reason": failure}
                     )
                 )
+            elif (stuck := final_waiting(pod)) is not None:
+                where = "init container" if stuck.init else "container"
+                waiter.future.set_exception(
+                    SandboxNotReady(
+                        f"pod {name} cannot become Ready: {stuck.reason} in {where}"
+                        f" {stuck.container}: {stuck.message}",
+                        {
+                            **extra,
+                            "reason": stuck.reason,
+                            "container": stuck.container,
+                            "init": stuck.init,
+                            "message": stuck.message,
+                        },
+                    )
+                )
             elif pod_is_ready(pod):
                 waiter.future.set_result(pod)
 
@@ -183,9 +224,17 @@ class ReadinessTracker:
         except TimeoutError as exc:
             cached = self._cache.get(handle.name)
             phase = pod_status(cached).get("phase") if cached is not None else None
+            waiting = scheduling_wait(cached)  # wait-and-see reasons: say which one it was
+            why = f": {waiting[0]}: {waiting[1]}" if waiting else ""
             raise SandboxNotReady(
-                f"pod {handle.name} not Ready within {budget_s:g}s",
-                {"name": handle.name, "uid": handle.uid, "phase": phase, "reason": "budget"},
+                f"pod {handle.name} not Ready within {budget_s:g}s{why}",
+                {
+                    "name": handle.name,
+                    "uid": handle.uid,
+                    "phase": phase,
+                    "reason": "budget",
+                    "waiting_on": waiting[0] if waiting else None,
+                },
             ) from exc
         finally:
             waiters = self._waiters.get(handle.name, [])
@@ -194,6 +243,10 @@ class ReadinessTracker:
             if not waiters:
                 self._waiters.pop(handle.name, None)
         info = ready_info(pod, self._config)
+        if self._events is not None:
+            uid = pod_meta(pod).get("uid", "")
+            await self._events.settled(uid, self._config.events_grace_s)
+            info = self._events.join(info, uid)
         while self._config.verify_health and not await self._health(handle.name, info.address, ""):
             if loop.time() >= deadline:
                 raise SandboxNotReady(

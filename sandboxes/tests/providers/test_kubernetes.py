@@ -40,7 +40,7 @@ from sandman_site.errors import (
     ProviderForbidden,
     SandboxNotReady,
 )
-from standin import StandinCluster
+from standin import AddressModel, StandinCluster
 
 REPO = Path(__file__).resolve().parents[3]
 MakeCluster = Callable[..., StandinCluster]
@@ -252,6 +252,47 @@ async def test_ready_info_reports_node_timeline_and_the_image_cache(
     assert stamps == sorted(stamps) and all(t.tzinfo is not None for t in stamps)
     assert first.address_failures == 0
     assert first.guards["seccomp"] == "RuntimeDefault" and first.guards["egress"] == "deny"
+
+
+@pytest.mark.asyncio
+async def test_address_failures_come_from_the_cnis_events_through_one_event_watch(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """Kubernetes API Reference -- Event v1 core
+    (https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1/): the
+    CNI's "failed to assign an IP address to container" arrives as kubelet
+    ``FailedCreatePodSandBox`` Events, aggregated (``count``) and combined when similar."""
+    cluster = make_cluster(nodes=1, seed=3, address_model=AddressModel(0, slope=0.3, max_p=0.8))
+    provider = make_provider(cluster)
+    handles = await asyncio.gather(*(provider.create(spec(f"af-{i}")) for i in range(6)))
+    infos = await asyncio.gather(*(provider.wait_ready(h, 60) for h in handles))
+    by_pod = cluster.address_failures()["by_pod"]
+    assert sum(by_pod.values()) > 0
+    assert [i.address_failures for i in infos] == [by_pod.get(h.name, 0) for h in handles]
+    requests = cluster.request_counts()
+    assert requests[("list", "events")] == 1 and requests[("watch", "events")] == 1
+
+
+@pytest.mark.asyncio
+async def test_a_pod_whose_events_expired_reports_unknown_not_zero(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """kube-apiserver ``--event-ttl`` (default 1h): Events of a pod that became Ready long
+    ago are gone (https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/);
+    what only they told is unknown (None), never 0 or False."""
+    cluster = make_cluster(nodes=1, mode="manual")
+    provider = make_provider(cluster, events_grace_s=0.05)
+    body = provider.api_client.sanitize_for_serialization(
+        build_pod_manifest(spec("old"), provider.config)
+    )
+    stored = cluster.put_pod(NS, body)
+    cluster.run_until_idle()
+    cluster.advance(2 * 3600.0)
+    handle = Handle("old", spec("old").nonce, "kubernetes", stored["metadata"]["uid"])
+    info = await provider.wait_ready(handle, 30)
+    assert info.node == "node-0" and "ready" in info.timeline
+    assert (info.image_present, info.pull_ms, info.address_failures) == (None, None, None)
+    assert "image_pulled" not in info.timeline
 
 
 @pytest.mark.asyncio
