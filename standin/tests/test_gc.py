@@ -45,7 +45,9 @@ def test_an_owner_reference_with_the_right_uid_but_a_wrong_kind_or_name_is_absen
     core.create_namespaced_pod(NS, pod("matched", owner=("ConfigMap", "anchor", uid)))
     cluster.run_until_idle()
     assert [p["metadata"]["name"] for p in cluster.pods(NS)] == ["matched"]
-    gc = [e["object"]["name"] for e in cluster.events() if e["reason"] == "GarbageCollected"]
+    gc = [
+        e["involvedObject"]["name"] for e in cluster.events() if e["reason"] == "GarbageCollected"
+    ]
     assert gc == ["mismatched"]
 
 
