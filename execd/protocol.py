@@ -16,102 +16,13 @@ Rules a reader must not break:
   but ``dataclasses`` imports ``inspect``, which costs an idle execd ~1 MiB of RSS.
 """
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
-T = TypeVar("T")
+from .shapes import ProtocolError as ProtocolError  # clients catch it from here
+from .shapes import answer, as_json
+
 Json = Dict[str, Any]
-
-
-class ProtocolError(ValueError):
-    """An answer of a shape the protocol does not declare (``field`` "" = the whole body)."""
-
-    def __init__(self, route: str, field: str, problem: str) -> None:
-        super().__init__("execd %s answered an unexpected shape: %s" % (route, problem))
-        self.route = route
-        self.field = field
-        self.problem = problem
-
-
-class FieldError(Exception):
-    """A value does not have its declared type (``sentence`` is the client-facing text)."""
-
-    def __init__(self, field: str, sentence: str) -> None:
-        super().__init__(sentence)
-        self.field = field
-        self.sentence = sentence
-
-
-_NUMBER = (int, float)
-
-
-def check(name: str, value: Any, kind: Any) -> Any:
-    """Return ``value`` if it has the declared type (Optional/Union/List/Dict understood).
-
-    Raises ``FieldError``; a bool is never a number, an int is accepted as a float.
-    """
-    origin = getattr(kind, "__origin__", None)
-    args = getattr(kind, "__args__", ())  # type: Tuple[Any, ...]
-    if origin is Union:
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        for kind_option in inner[:-1]:
-            try:
-                return check(name, value, kind_option)
-            except FieldError:
-                pass
-        return check(name, value, inner[-1])
-    if origin in (list, List):
-        if not isinstance(value, list):
-            raise FieldError(name, "%s must be a list" % name)
-        return [check("%s[%d]" % (name, i), v, args[0]) for i, v in enumerate(value)]
-    if origin in (dict, Dict):
-        if not isinstance(value, dict):
-            raise FieldError(name, "%s must be an object" % name)
-        return {k: check("%s.%s" % (name, k), v, args[1]) for k, v in value.items()}
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, _NUMBER):
-            raise FieldError(name, "%s must be a number" % name)
-        return float(value)
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise FieldError(name, "%s must be an integer" % name)
-        return value
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise FieldError(name, "%s must be true or false" % name)
-        return value
-    if kind is str:
-        if not isinstance(value, str):
-            raise FieldError(name, "%s must be a string" % name)
-        return value
-    if kind is Any:
-        return value
-    raise TypeError("unsupported wire type %r" % (kind,))
-
-
-def answer(cls: Type[T], route: str, obj: Any) -> T:
-    """Build answer shape ``cls`` from a decoded JSON answer of ``route``, or raise."""
-    if not isinstance(obj, dict):
-        raise ProtocolError(route, "", "the answer is not a JSON object")
-    kinds = cls.__annotations__
-    defaults = cls._field_defaults  # type: ignore[attr-defined]
-    values = {}
-    for name in cls._fields:  # type: ignore[attr-defined]
-        if name in obj:
-            try:
-                values[name] = check(name, obj[name], kinds[name])
-            except FieldError as e:
-                raise ProtocolError(route, e.field, e.sentence) from None
-        elif name not in defaults:
-            raise ProtocolError(route, name, "the field %r is missing" % name)
-    return cls(**values)
-
-
-def _json(shape: Any) -> Json:
-    """A shape's JSON object: every field, except optional ones that are None."""
-    return {k: v for k, v in shape._asdict().items() if v is not None}
-
+_json = as_json
 
 # -- requests (``wire`` adds the daemon's checks of the values: 400 ``bad_value``) ---------
 
@@ -154,21 +65,14 @@ class WriteRequest(NamedTuple):
         return _json(self)
 
     @classmethod
-    def of(
-        cls,
-        path: str,
-        content: Union[str, bytes],
-        expected_sha256: Optional[str] = None,
-        mode: Optional[Union[int, str]] = None,
-        make_parents: bool = False,
-    ) -> "WriteRequest":
-        """Text goes as ``content``, bytes as ``content_b64`` (exact bytes, any encoding)."""
-        if isinstance(content, bytes):
-            import base64  # here: clients build writes; the daemon never does
+    def of(cls, path: str, content: Union[str, bytes], *rest: Any) -> "WriteRequest":
+        """Text as ``content``, bytes as ``content_b64`` (exact bytes, any encoding);
+        ``rest`` is expected_sha256, mode, make_parents."""
+        if isinstance(content, str):
+            return cls(path, content, None, *rest)
+        import base64  # here: clients build writes; the daemon never does
 
-            b64 = base64.b64encode(content).decode("ascii")
-            return cls(path, None, b64, expected_sha256, mode, make_parents)
-        return cls(path, content, None, expected_sha256, mode, make_parents)
+        return cls(path, None, base64.b64encode(content).decode("ascii"), *rest)
 
 
 class EnvRequest(NamedTuple):

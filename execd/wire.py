@@ -18,11 +18,10 @@ from .protocol import (
     EnvRequest,
     ErrorAnswer,
     ExecRequest,
-    FieldError,
     ReadRequest,
     WriteRequest,
-    check,
 )
+from .shapes import FieldError, check
 
 T = TypeVar("T")
 

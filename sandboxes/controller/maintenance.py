@@ -86,13 +86,9 @@ class MaintenanceRunner:
 
     async def _fail_lost(self) -> int:
         """Sandboxes the backend lost (evicted, node lost, Ready turned False): failed with
-        the reason their holder reads, out of the pool, deleted. Backends that cannot lose a
-        Ready sandbox have no ``take_lost``."""
-        take_lost = getattr(self._state.provider, "take_lost", None)
-        if take_lost is None:
-            return 0
+        the reason their holder reads, out of the pool, deleted."""
         deletes = []
-        for lost in take_lost():
+        for lost in self._state.provider.take_lost():
             found = await self._tasks.db(
                 sandbox_mark_lost,
                 name=lost.name,

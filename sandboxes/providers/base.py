@@ -166,3 +166,9 @@ class Provider(Protocol):
         None: the backend cannot tell before a pull.
         """
         ...
+
+    def take_lost(self) -> list[LostSandbox]:
+        """Sandboxes that were Ready and are no longer (evicted, node lost, Ready turned
+        False) since the last call, each reported once; [] on a backend that cannot lose
+        a Ready sandbox behind its holder's back."""
+        ...

@@ -40,7 +40,14 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from sandboxes.providers.base import Handle, OwnedSandbox, OwnerRef, ReadyInfo, SandboxSpec
+from sandboxes.providers.base import (
+    Handle,
+    LostSandbox,
+    OwnedSandbox,
+    OwnerRef,
+    ReadyInfo,
+    SandboxSpec,
+)
 from sandboxes.providers.local import cgroups, procs, records
 from sandboxes.providers.local.health import ExecdHealth
 from sandboxes.providers.local.images import (
@@ -428,6 +435,10 @@ class LocalProvider:
     async def flush_pending(self) -> int:
         """Deletes here run to confirmation in ``destroy``: nothing is left pending."""
         return 0
+
+    def take_lost(self) -> list[LostSandbox]:
+        """A local sandbox dies with its process, which its holder sees at once: none."""
+        return []
 
     def check_image(self, image: str, base_commit: str | None) -> bool | None:
         """True if a create with this image would start; False if it would be refused."""
