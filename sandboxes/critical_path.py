@@ -269,3 +269,66 @@ def _fractions(seconds: Mapping[str, float], total: float) -> dict[str, float]:
     if total <= 0:
         return dict.fromkeys(CATEGORIES, 0.0)
     return {category: seconds.get(category, 0.0) / total for category in CATEGORIES}
+
+
+LITTLE_CAVEAT = (
+    "An estimate from a fixed-concurrency accounting model (Appendix J), not a measurement: "
+    "it assumes the run stays generation-bound and generation does not slow down when "
+    "sandbox time is removed; with shorter sandbox phases other trajectories would finish "
+    "first and other groups would enter training."
+)
+
+
+@dataclass(frozen=True)
+class FixedConcurrencyEstimate:
+    """Little's law beside the measured step interval, and the step reduction f (Appendix J).
+
+    ``estimated_interval_s`` = trajectories per step × mean trajectory time ÷ mean
+    trajectories in flight; ``f`` = (acquisition + failed attempts' slot time) ÷ trajectory
+    time, and removing it shortens a step by about ``f`` (``estimated_reduction``).
+    """
+
+    trajectories_per_step: float
+    mean_trajectory_s: float
+    mean_in_flight: float
+    estimated_interval_s: float
+    measured_interval_s: float
+    f: float
+    caveat: str = LITTLE_CAVEAT
+
+    @property
+    def estimated_reduction(self) -> float:
+        return self.f
+
+
+def fixed_concurrency_estimate(
+    *,
+    steps: int,
+    trajectories_consumed: int,
+    trajectory_seconds: float,
+    in_flight_seconds: float,
+    span_seconds: float,
+    measured_interval_s: float,
+    sandbox_seconds: float,
+) -> FixedConcurrencyEstimate | None:
+    """The estimate from sums the database computed; None when a denominator is empty.
+
+    ``trajectory_seconds`` is the slot time of the consumed trajectories and their failed
+    attempts; ``in_flight_seconds`` the slot time of every attempt inside the span, so
+    ``in_flight_seconds / span_seconds`` is the mean number in flight.
+    """
+    if steps <= 0 or trajectories_consumed <= 0 or span_seconds <= 0 or in_flight_seconds <= 0:
+        return None
+    if trajectory_seconds <= 0:
+        return None
+    per_step = trajectories_consumed / steps
+    mean_trajectory = trajectory_seconds / trajectories_consumed
+    in_flight = in_flight_seconds / span_seconds
+    return FixedConcurrencyEstimate(
+        trajectories_per_step=per_step,
+        mean_trajectory_s=mean_trajectory,
+        mean_in_flight=in_flight,
+        estimated_interval_s=per_step * mean_trajectory / in_flight,
+        measured_interval_s=measured_interval_s,
+        f=min(max(sandbox_seconds / trajectory_seconds, 0.0), 1.0),
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,6 +25,7 @@ from sandboxes.services.trajectories import (
     learner_steps_report,
     trajectories_report,
 )
+from sandboxes.training_selectors import critical_path
 from sandman_site.errors import InvalidInput
 
 MAX_RECORDS = 10_000
@@ -155,3 +156,84 @@ class JobLearnerStepsApi(JsonApiView):
         data = JobLearnerStepsApi.InputSerializer(data=request.data)
         records = _validated_records(data, "steps")
         return _counts(learner_steps_report(job_id=job.pk, records=records, now=timezone.now()))
+
+
+class EstimateOutputSerializer(serializers.Serializer):
+    trajectories_per_step = serializers.FloatField()
+    mean_trajectory_s = serializers.FloatField()
+    mean_in_flight = serializers.FloatField()
+    estimated_interval_s = serializers.FloatField(help_text="Little's law (an estimate)")
+    measured_interval_s = serializers.FloatField()
+    f = serializers.FloatField(help_text="share of trajectory time in acquisition and failures")
+    estimated_reduction = serializers.FloatField(help_text="about f; a model output")
+    caveat = serializers.CharField()
+
+
+class StepOutputSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    start = serializers.FloatField()
+    end = serializers.FloatField()
+    interval_s = serializers.FloatField(source="interval")
+    ended_by = serializers.CharField(allow_null=True)
+    seconds = serializers.DictField(child=serializers.FloatField())
+    shares = serializers.SerializerMethodField()
+
+    def get_shares(self, obj: Any) -> dict[str, float]:
+        return obj.shares()
+
+
+class JobCriticalPathApi(JsonApiView):
+    """GET /api/v1/jobs/{id}/critical-path/?from=&to= — Appendix J for the job's steps."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "CriticalPathQuery"
+
+        # "from" is a keyword: declared below through fields["from"].
+        to = _epoch(required=False)
+
+        def get_fields(self) -> dict[str, serializers.Field]:
+            fields = super().get_fields()
+            fields["from"] = _epoch(required=False)
+            return fields
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            lo, hi = attrs.get("from"), attrs.get("to")
+            if lo is not None and hi is not None and hi < lo:
+                raise serializers.ValidationError({"to": "must not be before from"})
+            return {"lo": lo, "hi": hi}
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "CriticalPathOutput"
+
+        steps = serializers.IntegerField()
+        shares = serializers.DictField(child=serializers.FloatField())
+        unresolved_share = serializers.FloatField()
+        waiting_share = serializers.FloatField(allow_null=True)
+        estimate = EstimateOutputSerializer(allow_null=True)
+        per_step = StepOutputSerializer(many=True)
+
+    @extend_schema(
+        operation_id="job_critical_path",
+        parameters=[
+            OpenApiParameter("from", float, description="epoch seconds: steps starting after"),
+            OpenApiParameter("to", float, description="epoch seconds: steps ending before"),
+        ],
+        responses={200: OutputSerializer},
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        job = selectors.job_get_for_user(user=request.user, job_id=job_id)
+        query = JobCriticalPathApi.InputSerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        found = critical_path(job.pk, **query.validated_data)
+        result = found.attribution
+        body = {
+            "steps": len(result.per_step),
+            "shares": result.shares,
+            "unresolved_share": result.unresolved_share,
+            "waiting_share": found.waiting_share,
+            "estimate": found.estimate,
+            "per_step": result.per_step,
+        }
+        return Response(JobCriticalPathApi.OutputSerializer(body).data)
