@@ -455,6 +455,14 @@ class Job:
         """Learner steps in the wire format, sent 10,000 a call; idempotent by step number."""
         return self._report("learner-steps", "steps", steps)
 
+    def critical_path(self, *, start: float | None = None, end: float | None = None) -> dict:
+        """Appendix J shares of the job's steps inside ``[start, end]`` (epoch seconds)."""
+        query = {k: v for k, v in (("from", start), ("to", end)) if v is not None}
+        path = f"/api/v1/jobs/{self.id}/critical-path/"
+        if query:
+            path += "?" + urlencode(query)
+        return self.client._call("GET", path)
+
     def _report(self, route: str, key: str, records: list[dict[str, Any]]) -> dict[str, int]:
         totals = {"received": 0, "stored": 0, "duplicates": 0}
         for i in range(0, len(records), 10_000):
