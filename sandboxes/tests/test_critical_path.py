@@ -307,3 +307,14 @@ def test_components_add_up_to_every_step_interval_on_a_simulated_run():
     assert sum(result.shares.values()) == pytest.approx(1.0)
     assert result.shares["failure_retry"] > 0
     assert result.shares["tests"] > 0
+
+
+def test_the_attribution_and_the_demo_learner_import_no_django():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sandboxes.critical_path, sandboxes.learner_sim; "
+        "sys.exit(any(m.split('.')[0] == 'django' for m in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
