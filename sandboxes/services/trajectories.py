@@ -7,6 +7,8 @@ Rules a reader must not break:
 * Idempotent by the trainer's ids: a trajectory id (or step number) already stored for the
   job, or repeated inside the batch, changes nothing and is counted in ``duplicates``. The
   job row is locked for the write so two concurrent batches cannot both insert one id.
+* Live push: a batch that stored anything publishes ``trajectories`` or ``learner_steps``
+  ``{job_id, stored, at}`` after commit (``sandman_site.live``; the training page follows).
 * Sandman's own acquisition times win: an acquisition phase of a trajectory whose sandbox ids
   name an acquisition Sandman recorded for the job takes Sandman's start and end (clipped to
   the trajectory), matched by role and nearest start, each acquisition used once.
@@ -23,6 +25,7 @@ from django.db import transaction
 
 from sandboxes.critical_path import PHASE_KINDS
 from sandboxes.models import Acquisition, Job, LearnerStep, Trajectory, TrajectoryPhase
+from sandboxes.services._publish import publish_on_commit
 from sandboxes.states import Role
 from sandman_site.errors import InvalidInput
 
@@ -161,6 +164,8 @@ def trajectories_report(
             p for row, r in zip(rows, fresh, strict=True) for p in _phases_of(row, r, acquisitions)
         ]
         TrajectoryPhase.objects.bulk_create(phases)
+        if fresh:
+            publish_on_commit("trajectories", {"job_id": job_id, "stored": len(fresh), "at": now})
     return ReportCounts(
         received=len(records), stored=len(fresh), duplicates=len(records) - len(fresh)
     )
@@ -196,6 +201,8 @@ def learner_steps_report(
                 for r in fresh
             ]
         )
+        if fresh:
+            publish_on_commit("learner_steps", {"job_id": job_id, "stored": len(fresh), "at": now})
     return ReportCounts(
         received=len(records), stored=len(fresh), duplicates=len(records) - len(fresh)
     )
