@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboards.pages import incidents, operations, overview
+from dashboards.pages import incidents, operations, overview, training
 
 urlpatterns = [
     path("", overview.dashboard, name="dashboard"),
@@ -27,6 +27,9 @@ urlpatterns = [
         operations.chart_csv,
         name="operations-chart-csv",
     ),
+    path("training/", training.training, name="training"),
+    path("training/data/<slug:chart>.json", training.chart_json, name="training-chart-json"),
+    path("training/data/<slug:chart>.csv", training.chart_csv, name="training-chart-csv"),
     path("incidents/", incidents.index_page, name="incidents-index"),
     path("incidents/accounting/", incidents.accounting_page, name="incidents-accounting"),
     path(

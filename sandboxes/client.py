@@ -444,6 +444,34 @@ class Job:
     def sandboxes(self, *, state: str | None = None, role: str | None = None) -> list[dict]:
         return self.client.sandboxes(job=self.id, state=state, role=role)
 
+    def report_trajectories(self, trajectories: list[dict[str, Any]]) -> dict[str, int]:
+        """Trajectories in the wire format (docs/architecture.md §5), sent 10,000 a call.
+
+        Idempotent by id: resending after a timeout is safe. Returns the summed counts.
+        """
+        return self._report("trajectories", "trajectories", trajectories)
+
+    def report_steps(self, steps: list[dict[str, Any]]) -> dict[str, int]:
+        """Learner steps in the wire format, sent 10,000 a call; idempotent by step number."""
+        return self._report("learner-steps", "steps", steps)
+
+    def critical_path(self, *, start: float | None = None, end: float | None = None) -> dict:
+        """Appendix J shares of the job's steps inside ``[start, end]`` (epoch seconds)."""
+        query = {k: v for k, v in (("from", start), ("to", end)) if v is not None}
+        path = f"/api/v1/jobs/{self.id}/critical-path/"
+        if query:
+            path += "?" + urlencode(query)
+        return self.client._call("GET", path)
+
+    def _report(self, route: str, key: str, records: list[dict[str, Any]]) -> dict[str, int]:
+        totals = {"received": 0, "stored": 0, "duplicates": 0}
+        for i in range(0, len(records), 10_000):
+            body = {key: records[i : i + 10_000]}
+            answer = self.client._call("POST", f"/api/v1/jobs/{self.id}/{route}/", body)
+            for name in totals:
+                totals[name] += int(answer[name])
+        return totals
+
 
 class Client:
     """Sandman's REST API at ``base_url`` with a DRF token (``Authorization: Token``)."""

@@ -205,3 +205,74 @@ class PendingDelete(models.Model):
 
     def __str__(self) -> str:
         return f"pending delete {self.name} ({self.attempts} attempts)"
+
+
+class PhaseKind(models.TextChoices):
+    """Phases of a trajectory (issue 11 wire format; ``sandboxes.critical_path.PHASE_KINDS``)."""
+
+    ROLLOUT_ACQUISITION = "rollout_acquisition", "rollout acquisition"
+    GENERATION = "generation", "generation"
+    COMMANDS = "commands", "commands"
+    CAPTURE = "capture", "capture"
+    GRADING_ACQUISITION = "grading_acquisition", "grading acquisition"
+    TESTS = "tests", "tests"
+    RELEASE = "release", "release"
+
+
+class Trajectory(models.Model):
+    """One attempt at a rollout as the trainer reported it (Appendix J's per-trajectory record).
+
+    Times are float seconds since the Unix epoch, as on the wire: the attribution subtracts
+    them and a double keeps well under a microsecond at today's epoch. ``trainer_id`` is the
+    trainer's id, unique per job: a repeated id is a duplicate and changes nothing.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="trajectories")
+    trainer_id = models.CharField(max_length=200)
+    slot = models.PositiveIntegerField()
+    group = models.CharField(max_length=200)
+    start = models.FloatField()
+    end = models.FloatField()
+    failed = models.BooleanField(default=False)
+    predecessor = models.CharField(max_length=200, blank=True, default="")
+    sandbox_ids = models.JSONField(default=list, blank=True)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "trainer_id"], name="trajectory_job_trainer_id")
+        ]
+        indexes = [models.Index(fields=["job", "end"]), models.Index(fields=["job", "group"])]
+
+
+class TrajectoryPhase(models.Model):
+    """One phase of a trajectory; ``from_sandman`` when Sandman's own acquisition times won."""
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="phases")
+    kind = models.CharField(max_length=24, choices=PhaseKind.choices)
+    start = models.FloatField()
+    end = models.FloatField()
+    from_sandman = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["trajectory", "start"])]
+
+
+class LearnerStep(models.Model):
+    """One learner step: the wait for complete groups, the hand-over, training (Appendix J)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="learner_steps")
+    step = models.PositiveIntegerField()
+    wait_start = models.FloatField()
+    wait_end = models.FloatField()
+    handover_end = models.FloatField(null=True, blank=True)
+    train_end = models.FloatField()
+    groups = models.JSONField(default=list)
+    dropped_groups = models.JSONField(default=list, blank=True)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "step"], name="learner_step_job_step")
+        ]
+        indexes = [models.Index(fields=["job", "wait_start"])]

@@ -12,6 +12,11 @@ from sandboxes.apis.jobs import (
     JobPrewarmApi,
 )
 from sandboxes.apis.sandboxes import SandboxDetailApi, SandboxListApi, SandboxReleaseApi
+from sandboxes.apis.trajectories import (
+    JobCriticalPathApi,
+    JobLearnerStepsApi,
+    JobTrajectoriesApi,
+)
 
 urlpatterns = [
     path("jobs/", JobCollectionApi.as_view(), name="job-list"),
@@ -19,6 +24,13 @@ urlpatterns = [
     path("jobs/<int:job_id>/acquire/", JobAcquireApi.as_view(), name="job-acquire"),
     path("jobs/<int:job_id>/prewarm/", JobPrewarmApi.as_view(), name="job-prewarm"),
     path("jobs/<int:job_id>/drain/", JobDrainApi.as_view(), name="job-drain"),
+    path("jobs/<int:job_id>/trajectories/", JobTrajectoriesApi.as_view(), name="job-trajectories"),
+    path(
+        "jobs/<int:job_id>/learner-steps/", JobLearnerStepsApi.as_view(), name="job-learner-steps"
+    ),
+    path(
+        "jobs/<int:job_id>/critical-path/", JobCriticalPathApi.as_view(), name="job-critical-path"
+    ),
     path("sandboxes/", SandboxListApi.as_view(), name="sandbox-list"),
     path("sandboxes/<int:sandbox_id>/", SandboxDetailApi.as_view(), name="sandbox-detail"),
     path(

@@ -22,6 +22,8 @@ ignored by the page). Extra keys are welcome; the ones marked * are what the pag
   create_ms, wait_ms, at}``: refreshes the acquisition-wait and warm-hit charts.
 * ``"job.state"``: ``{job_id*, state*, at}``: refreshes the warm-hit chart (job names).
 * ``"sandbox.event"``: timeline entries; forwarded, not charted yet.
+* ``"trajectories"`` and ``"learner_steps"``, after a trainer batch stored records:
+  ``{job_id, stored, at}``: refresh every chart of ``/training/``.
 
 Payloads are made JSON-plain here (datetimes become ISO 8601 strings), so a Redis layer's
 msgpack and the browser's JSON both accept them, and the caller's dict is never shared.

@@ -27,6 +27,8 @@ ROUTE_ARGS: dict[str, dict[str, str]] = {
     "dashboard-chart-csv": {"chart": "states"},
     "operations-chart-json": {"chart": "warm_use"},
     "operations-chart-csv": {"chart": "warm_use"},
+    "training-chart-json": {"chart": "critical_path"},
+    "training-chart-csv": {"chart": "critical_path"},
 }
 
 
@@ -56,6 +58,7 @@ def test_every_route_is_a_guarded_page_or_data_endpoint() -> None:
     assert {name for name, _, kind in ROUTES if kind == PAGE} == {
         "dashboard",
         "operations",
+        "training",
         "incidents-index",
         "incidents-accounting",
     }

@@ -9,7 +9,9 @@ test's live server. Without ``--token`` it makes (or reuses) the user ``demo-tra
 and its DRF token in THIS process's database, which must be the server's.
 
 The job it registers is drained at the end unless ``--keep-job``, so a loop of demo
-runs does not pile up warm pods.
+runs does not pile up warm pods. With ``--learner-steps N`` it also simulates a learner
+(``sandboxes.learner_sim``: fixed slots, groups, retried failures), reports its
+trajectories and steps, ending now, and prints the critical-path shares Sandman computed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sandboxes.client import Client, Job, SandmanClientError
+from sandboxes.learner_sim import LearnerShape, simulate
 
 DEMO_USER = "demo-trainer"
 
@@ -122,6 +125,10 @@ class Command(BaseCommand):
         )
         parser.add_argument("--keep-job", action="store_true", help="do not drain at the end")
         parser.add_argument("--name", default="", help="job name (default demo-<time>)")
+        parser.add_argument(
+            "--learner-steps", type=int, default=0, help="simulated learner steps to report"
+        )
+        parser.add_argument("--learner-scale", type=float, default=1.0, help="phase time scale")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         rollouts, concurrency = opts["rollouts"], opts["concurrency"]
@@ -141,6 +148,8 @@ class Command(BaseCommand):
                 warm = wait_for_warm(job, count=opts["prewarm"], deadline_s=120)
                 self.stdout.write(f"prewarmed {warm}/{opts['prewarm']} warm sandboxes")
             results = self._run(job, rollouts, concurrency, opts["image"], spec)
+            if opts["learner_steps"] > 0:
+                self._learner(job, opts["learner_steps"], opts["learner_scale"])
             if not opts["keep_job"]:
                 job.drain()
         except SandmanClientError as exc:
@@ -165,6 +174,25 @@ class Command(BaseCommand):
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rollout") as pool:
             list(pool.map(work, range(rollouts)))
         return results
+
+    def _learner(self, job: Job, steps: int, scale: float) -> None:
+        """Simulate a learner whose last step ends now, report it, print Sandman's shares."""
+        shape = LearnerShape(steps=steps, scale=scale)
+        duration = simulate(shape, start=0.0).end
+        run = simulate(shape, start=time.time() - duration)
+        job.report_trajectories(run.trajectories)
+        job.report_steps(run.steps)
+        path = job.critical_path()
+        shares = " ".join(
+            f"{category}={share * 100:.1f}%"
+            for category, share in sorted(path["shares"].items(), key=lambda kv: -kv[1])
+            if share > 0
+        )
+        self.stdout.write(
+            f"demo_learner job={job.id} steps={path['steps']} "
+            f"trajectories={len(run.trajectories)} waiting_share={path['waiting_share']:.3f} "
+            f"{shares}"
+        )
 
     def _summary(self, job: Job, results: list[RolloutResult]) -> None:
         ok = [r for r in results if r.ok]

@@ -1,0 +1,143 @@
+"""Charts of the training page as pure functions: rows in, Plotly figure dicts out.
+
+Same invariants as ``figures.operations`` (both use ``figures.layout``): every trace is
+always present, empty when there is no data (one trace per critical-path category, in
+:data:`sandboxes.critical_path.CATEGORIES` order, so the page can address them by
+position); time axes are UTC; ``uirevision`` is constant. No Django here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from dashboards.figures.layout import (
+    Figure,
+    chart_layout,
+    time_axis,
+    to_figure,
+    utc_label,
+    value_axis,
+)
+from dashboards.rows.training import JobEstimate, JobPathShares, StepShares
+from dashboards.window import Window
+from sandboxes.critical_path import CATEGORIES
+
+# Figure 5's palette: sandbox categories warm, the learner and generation cool, rest grey.
+CATEGORY_COLOURS = {
+    "rollout_acquisition": "#f0b429",
+    "grading_acquisition": "#e12d39",
+    "tests": "#9446ed",
+    "failure_retry": "#7a0ecc",
+    "generation": "#2186eb",
+    "commands": "#47a3f3",
+    "capture": "#7cc4fa",
+    "release": "#bae3ff",
+    "other": "#9aa5b1",
+    "learner": "#3ebd93",
+    "unresolved": "#e4e7eb",
+}
+
+
+def _job_label(job_id: int, name: str) -> str:
+    return f"{name} (#{job_id})"
+
+
+def critical_path_figure(rows: Sequence[JobPathShares]) -> Figure:
+    """Figure 5: one stacked horizontal bar per job, each category's share of step time."""
+    labels = [_job_label(r.job_id, r.job_name) for r in rows]
+    data = [
+        go.Bar(
+            name=category.replace("_", " "),
+            orientation="h",
+            y=labels,
+            x=[round(r.shares.get(category, 0.0) * 100, 3) for r in rows],
+            marker={"color": CATEGORY_COLOURS[category]},
+            hovertemplate="%{y}: %{x:.1f}%<extra>" + category + "</extra>",
+        )
+        for category in CATEGORIES
+    ]
+    layout = chart_layout(
+        empty=not rows,
+        barmode="stack",
+        hovermode="closest",
+        height=max(300, 80 + 36 * len(rows)),
+        margin={"l": 180, "r": 16, "t": 48, "b": 48},
+        xaxis=value_axis("share of learner-step time on the critical path (%)", range=[0, 100]),
+        yaxis={"type": "category", "automargin": True, "autorange": "reversed"},
+    )
+    return to_figure(data, layout)
+
+
+def step_shares_figure(rows: Sequence[StepShares], *, window: Window | None = None) -> Figure:
+    """Per-step shares over time: one stacked bar per step at the time its training ended."""
+    x = [utc_label(r.ended_at) for r in rows]
+    data = [
+        go.Bar(
+            name=category.replace("_", " "),
+            x=x,
+            y=[round(r.shares.get(category, 0.0) * 100, 3) for r in rows],
+            marker={"color": CATEGORY_COLOURS[category]},
+            customdata=[[r.job_id, r.step] for r in rows],
+            hovertemplate="job %{customdata[0]} step %{customdata[1]}: %{y:.1f}%<extra>"
+            + category
+            + "</extra>",
+        )
+        for category in CATEGORIES
+    ]
+    layout = chart_layout(
+        empty=not rows,
+        barmode="stack",
+        hovermode="closest",
+        xaxis=time_axis(window),
+        yaxis=value_axis("share of the step (%)", range=[0, 100]),
+    )
+    return to_figure(data, layout)
+
+
+def estimate_figure(rows: Sequence[JobEstimate]) -> Figure:
+    """Measured mean step interval beside Little's-law estimate per job, and the shares."""
+    labels = [_job_label(r.job_id, r.job_name) for r in rows]
+    data = [
+        go.Bar(
+            name="measured step interval (s)", x=labels, y=[r.measured_interval_s for r in rows]
+        ),
+        go.Bar(
+            name="Little's law estimate (s), not a measurement",
+            x=labels,
+            y=[r.estimated_interval_s for r in rows],
+            marker={"pattern": {"shape": "/"}},
+        ),
+        go.Scatter(
+            name="waiting share (%)",
+            x=labels,
+            y=[None if r.waiting_share is None else r.waiting_share * 100 for r in rows],
+            mode="markers",
+            yaxis="y2",
+        ),
+        go.Scatter(
+            name="f: estimated step reduction (%)",
+            x=labels,
+            y=[None if r.f is None else r.f * 100 for r in rows],
+            mode="markers",
+            marker={"symbol": "diamond"},
+            yaxis="y2",
+        ),
+    ]
+    layout = chart_layout(
+        empty=not rows,
+        barmode="group",
+        hovermode="closest",
+        margin={"l": 56, "r": 56, "t": 48, "b": 48},
+        xaxis={"type": "category", "automargin": True},
+        yaxis=value_axis("mean step interval (s)"),
+        yaxis2={
+            "title": {"text": "%"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+        },
+    )
+    return to_figure(data, layout)

@@ -1,0 +1,179 @@
+"""Reads of the trainer's trajectories and learner steps: the critical path and waiting share.
+
+The attribution itself is ``sandboxes.critical_path`` (pure); this module loads exactly the
+records it walks through and computes in SQL what is a sum (waiting share, in-flight time).
+
+Invariants a reader must not break:
+
+* A step is in a range when its whole interval ``[wait_start, train_end]`` is inside it; the
+  trajectories loaded for those steps are every one that overlaps their span, every member
+  of their groups, the last occupant of each slot before the span (so idle slot time is
+  ``other``, not ``unresolved``) and the failed predecessors those name, transitively.
+  Loading fewer changes the answer; loading more never does.
+* No side effects; ownership is checked by the caller (``sandboxes.selectors``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count, ExpressionWrapper, F, FloatField, Q, QuerySet, Sum
+from django.db.models.functions import Greatest, Least
+
+from sandboxes.critical_path import (
+    Attribution,
+    FixedConcurrencyEstimate,
+    LearnerStep,
+    Phase,
+    Trajectory,
+    attribute_steps,
+    fixed_concurrency_estimate,
+)
+from sandboxes.models import LearnerStep as StepRow
+from sandboxes.models import Trajectory as TrajectoryRow
+from sandboxes.models import TrajectoryPhase
+
+_ACQUISITION = ("rollout_acquisition", "grading_acquisition")
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The attribution of a job's steps in a range, its waiting share and the estimate."""
+
+    attribution: Attribution
+    waiting_share: float | None
+    estimate: FixedConcurrencyEstimate | None
+
+
+def _steps(job_id: int, lo: float | None, hi: float | None) -> list[LearnerStep]:
+    rows = StepRow.objects.filter(job_id=job_id)
+    if lo is not None:
+        rows = rows.filter(wait_start__gte=lo)
+    if hi is not None:
+        rows = rows.filter(train_end__lte=hi)
+    return [
+        LearnerStep(
+            step=r.step,
+            wait_start=r.wait_start,
+            wait_end=r.wait_end,
+            handover_end=r.handover_end,
+            train_end=r.train_end,
+            groups=tuple(r.groups),
+            dropped_groups=tuple(r.dropped_groups),
+        )
+        for r in rows.order_by("step")
+    ]
+
+
+def _trajectory_ids(job_id: int, steps: list[LearnerStep], lo: float, hi: float) -> set[int]:
+    groups = {g for s in steps for g in (*s.groups, *s.dropped_groups)}
+    job_rows = TrajectoryRow.objects.filter(job_id=job_id)
+    ids = set(
+        job_rows.filter(Q(end__gte=lo, start__lte=hi) | Q(group__in=groups)).values_list(
+            "pk", flat=True
+        )
+    )
+    before = job_rows.filter(end__lt=lo).order_by("slot", "-end").distinct("slot")
+    ids.update(before.values_list("pk", flat=True))
+    loaded = job_rows.filter(pk__in=ids)
+    known = set(loaded.values_list("trainer_id", flat=True))
+    pending = set(loaded.exclude(predecessor="").values_list("predecessor", flat=True)) - known
+    while pending:
+        found = list(
+            job_rows.filter(trainer_id__in=pending).values_list("pk", "trainer_id", "predecessor")
+        )
+        known |= pending
+        ids.update(pk for pk, _, _ in found)
+        pending = {pred for _, _, pred in found if pred} - known
+    return ids
+
+
+def _trajectories(ids: set[int]) -> list[Trajectory]:
+    phases: dict[int, list[Phase]] = {}
+    for tid, kind, start, end in TrajectoryPhase.objects.filter(trajectory_id__in=ids).values_list(
+        "trajectory_id", "kind", "start", "end"
+    ):
+        phases.setdefault(tid, []).append(Phase(kind, start, end))
+    return [
+        Trajectory(
+            id=r.trainer_id,
+            slot=r.slot,
+            group=r.group,
+            start=r.start,
+            end=r.end,
+            failed=r.failed,
+            predecessor=r.predecessor or None,
+            phases=tuple(phases.get(r.pk, ())),
+        )
+        for r in TrajectoryRow.objects.filter(pk__in=ids)
+    ]
+
+
+def _seconds(rows: QuerySet, lo: float, hi: float) -> float:
+    """Summed time of rows with ``start``/``end`` clipped to ``[lo, hi]``, in SQL."""
+    clipped = Least(F("end"), hi) - Greatest(F("start"), lo)
+    total = rows.filter(end__gt=lo, start__lt=hi).aggregate(
+        s=Sum(clipped, output_field=FloatField())
+    )["s"]
+    return float(total or 0.0)
+
+
+def waiting_share(job_id: int, lo: float, hi: float) -> float | None:
+    """Summed acquisition over summed trajectory time in ``[lo, hi]``; each create once.
+
+    A phase whose times came from Sandman's own acquisition (``from_sandman``) is counted
+    once per distinct acquisition even if several trajectories name the same sandbox.
+    """
+    trajectories = TrajectoryRow.objects.filter(job_id=job_id)
+    total = _seconds(trajectories, lo, hi)
+    if total <= 0:
+        return None
+    phases = TrajectoryPhase.objects.filter(trajectory__job_id=job_id, kind__in=_ACQUISITION)
+    trainer = _seconds(phases.filter(from_sandman=False), lo, hi)
+    sandman = phases.filter(from_sandman=True, end__gt=lo, start__lt=hi)
+    once = sum(
+        min(end, hi) - max(start, lo)
+        for start, end in sandman.values_list("start", "end").distinct()
+    )
+    return (trainer + once) / total
+
+
+def _estimate(
+    job_id: int, steps: list[LearnerStep], lo: float, hi: float
+) -> FixedConcurrencyEstimate | None:
+    """Little's law on the steps' groups: one aggregate over trajectories, one over phases."""
+    groups = {g for s in steps for g in (*s.groups, *s.dropped_groups)}
+    members = TrajectoryRow.objects.filter(job_id=job_id, group__in=groups)
+    duration = ExpressionWrapper(F("end") - F("start"), output_field=FloatField())
+    sums = members.aggregate(
+        consumed=Count("pk", filter=Q(failed=False)),
+        seconds=Sum(duration),
+        lost=Sum(duration, filter=Q(failed=True)),
+    )
+    acquisition = TrajectoryPhase.objects.filter(
+        trajectory__in=members.filter(failed=False), kind__in=_ACQUISITION
+    ).aggregate(s=Sum(ExpressionWrapper(F("end") - F("start"), output_field=FloatField())))["s"]
+    return fixed_concurrency_estimate(
+        steps=len(steps),
+        trajectories_consumed=sums["consumed"] or 0,
+        trajectory_seconds=float(sums["seconds"] or 0.0),
+        in_flight_seconds=_seconds(TrajectoryRow.objects.filter(job_id=job_id), lo, hi),
+        span_seconds=hi - lo,
+        measured_interval_s=sum(s.interval for s in steps) / len(steps),
+        sandbox_seconds=float(acquisition or 0.0) + float(sums["lost"] or 0.0),
+    )
+
+
+def critical_path(job_id: int, *, lo: float | None = None, hi: float | None = None) -> CriticalPath:
+    """Appendix J for one job's steps inside ``[lo, hi]`` (epoch seconds; None: unbounded)."""
+    steps = _steps(job_id, lo, hi)
+    if not steps:
+        return CriticalPath(attribute_steps([], []), None, None)
+    span_lo = min(s.wait_start for s in steps)
+    span_hi = max(s.train_end for s in steps)
+    trajectories = _trajectories(_trajectory_ids(job_id, steps, span_lo, span_hi))
+    return CriticalPath(
+        attribution=attribute_steps(steps, trajectories),
+        waiting_share=waiting_share(job_id, span_lo, span_hi),
+        estimate=_estimate(job_id, steps, span_lo, span_hi),
+    )
