@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sandboxes', '0001_initial'),
+        ('sandboxes', '0003_sandbox_address_failures_unknown'),
     ]
 
     operations = [
