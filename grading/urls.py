@@ -1,5 +1,14 @@
-"""URL routes of this app."""
+"""REST routes of the grading app, mounted under ``/api/v1/`` (docs/architecture.md §5)."""
 
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import path
+
+from grading.apis import TaskCollectionApi, TaskDetailApi, TaskSetCollectionApi, TaskSetDetailApi
+
+urlpatterns = [
+    path("tasks/", TaskCollectionApi.as_view(), name="task-list"),
+    path("tasks/<str:instance_id>/", TaskDetailApi.as_view(), name="task-detail"),
+    path("task-sets/", TaskSetCollectionApi.as_view(), name="task-set-list"),
+    path("task-sets/<int:task_set_id>/", TaskSetDetailApi.as_view(), name="task-set-detail"),
+]
