@@ -28,10 +28,12 @@ from grading import selectors, services
 from grading.models import (
     DEFAULT_SUITE_TIME_LIMIT_S,
     DEFAULT_TEST_COMMAND,
+    PatchCapture,
     TaskSet,
     default_excluded_test_config,
 )
 from grading.states import TaskState
+from sandboxes import selectors as sandbox_selectors
 from sandboxes.apis.common import JsonApiView, QuantityField, StrictCharField, StrictSerializer
 from sandboxes.states import Egress
 
@@ -426,3 +428,47 @@ class TaskSetDetailApi(JsonApiView):
     def get(self, request: Request, task_set_id: int) -> Response:
         group = selectors.task_set_get(task_set_id=task_set_id)
         return Response(TaskSetDetailApi.OutputSerializer(group).data)
+
+
+class CaptureOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    task = serializers.CharField(source="task.instance_id")
+    job = serializers.IntegerField(source="job_id")
+    sandbox = serializers.IntegerField(source="sandbox_id")
+    patch = serializers.CharField(allow_blank=True)
+    sha256 = serializers.CharField()
+    size = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+
+    def get_size(self, capture: PatchCapture) -> int:
+        return len(capture.patch.encode("utf-8"))
+
+
+class SandboxCaptureApi(JsonApiView):
+    """POST /api/v1/sandboxes/{id}/capture/ — the agent's patch from the caller's rollout
+    sandbox: its change against the task's base commit, test-configuration files left out."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "SandboxCaptureInput"
+
+        task = StrictCharField(max_length=200, help_text="the task's instance_id")
+
+    OutputSerializer = CaptureOutputSerializer
+
+    @extend_schema(
+        operation_id="sandbox_capture",
+        request=InputSerializer,
+        responses={201: CaptureOutputSerializer},
+    )
+    def post(self, request: Request, sandbox_id: int) -> Response:
+        # Ownership first: someone else's sandbox is a 404 whatever the body says.
+        sandbox = sandbox_selectors.sandbox_get_for_user(user=request.user, sandbox_id=sandbox_id)
+        data = SandboxCaptureApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        task = selectors.task_get(instance_id=data.validated_data["task"])
+        capture = services.patch_capture_create(
+            sandbox=sandbox, task=task, created_by=request.user, now=timezone.now()
+        )
+        out = SandboxCaptureApi.OutputSerializer(capture).data
+        return Response(out, status=status.HTTP_201_CREATED)

@@ -20,3 +20,10 @@ class ImportRejected(SandmanError):
 
     code = "import_rejected"
     status = 400
+
+
+class CaptureFailed(SandmanError):
+    """The rollout sandbox's execd could not produce the patch (unreachable, erroring)."""
+
+    code = "capture_failed"
+    status = 502

@@ -105,3 +105,31 @@ class TaskSet(models.Model):
 
     def __str__(self) -> str:
         return f"task set {self.name}"
+
+
+class PatchCapture(models.Model):
+    """The agent's patch captured from a rollout sandbox (``POST /sandboxes/{id}/capture/``).
+
+    ``sha256`` is over the patch's UTF-8 bytes; ``sandbox_id`` is kept as a plain id (no
+    foreign key into the sandboxes app's tables, whose rows may be pruned).
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="captures")
+    job_id = models.BigIntegerField()
+    sandbox_id = models.BigIntegerField()
+    patch = models.TextField(blank=True)
+    sha256 = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="sandman_captures",
+        null=True,
+        blank=True,
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["job_id", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"capture {self.pk} of sandbox {self.sandbox_id}"

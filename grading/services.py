@@ -11,15 +11,20 @@ Rules a reader must not break:
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from grading.errors import TaskExists
-from grading.models import Task, TaskSet
+from grading.errors import CaptureFailed, TaskExists
+from grading.harness import InfrastructureFailure, capture_patch
+from grading.models import PatchCapture, Task, TaskSet
 from grading.states import TASK_TRANSITIONS, TaskState
+from sandboxes.execd_client import ExecdClient
+from sandboxes.models import Sandbox
+from sandboxes.states import Role, SandboxState
 from sandman_site.errors import InvalidTransition, NotFound
 
 # The keys a validated task carries (the serializer's output): exactly the model's fields.
@@ -133,3 +138,41 @@ def task_transition(*, task: Task, to: str, now: dt.datetime) -> Task:
 
 def task_retire(*, task: Task, now: dt.datetime) -> Task:
     return task_transition(task=task, to=TaskState.RETIRED, now=now)
+
+
+def patch_capture_create(
+    *, sandbox: Sandbox, task: Task, created_by: Any, now: dt.datetime
+) -> PatchCapture:
+    """Capture the agent's patch from a handed-out rollout sandbox and store it with its hash.
+
+    The execd exchange runs OUTSIDE any transaction (it may take seconds); only the insert
+    is written. A sandbox not in use, or not a rollout sandbox, is a 409.
+    """
+    if sandbox.state != SandboxState.IN_USE or sandbox.role != Role.ROLLOUT:
+        raise InvalidTransition(
+            f"sandbox {sandbox.pk} is a {sandbox.role} sandbox in state {sandbox.state}; "
+            "capture needs a rollout sandbox in use.",
+            {"state": sandbox.state, "role": sandbox.role},
+        )
+
+    address, token = sandbox.address, sandbox.token  # the token is deferred: read it here
+
+    async def run() -> Any:
+        async with ExecdClient(address, token) as execd:
+            return await capture_patch(
+                execd, base_commit=task.base_commit, excluded=task.excluded_test_config
+            )
+
+    try:
+        captured = asyncio.run(run())
+    except InfrastructureFailure as exc:
+        raise CaptureFailed(f"could not capture sandbox {sandbox.pk}'s patch: {exc}") from exc
+    return PatchCapture.objects.create(
+        task=task,
+        job_id=sandbox.job_id,
+        sandbox_id=sandbox.pk,
+        patch=captured.text,
+        sha256=captured.sha256,
+        created_by=created_by,
+        created_at=now,
+    )

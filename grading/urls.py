@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from django.urls import path
 
-from grading.apis import TaskCollectionApi, TaskDetailApi, TaskSetCollectionApi, TaskSetDetailApi
+from grading.apis import (
+    SandboxCaptureApi,
+    TaskCollectionApi,
+    TaskDetailApi,
+    TaskSetCollectionApi,
+    TaskSetDetailApi,
+)
 
 urlpatterns = [
     path("tasks/", TaskCollectionApi.as_view(), name="task-list"),
     path("tasks/<str:instance_id>/", TaskDetailApi.as_view(), name="task-detail"),
     path("task-sets/", TaskSetCollectionApi.as_view(), name="task-set-list"),
     path("task-sets/<int:task_set_id>/", TaskSetDetailApi.as_view(), name="task-set-detail"),
+    # On the rollout sandbox (a sandboxes-app path, served by grading: capture needs a task).
+    path(
+        "sandboxes/<int:sandbox_id>/capture/", SandboxCaptureApi.as_view(), name="sandbox-capture"
+    ),
 ]

@@ -2,12 +2,52 @@
 
 ``make_controller`` (with ``sandbox_root`` and ``spawner``) is imported from the sandboxes
 tests, so every sandbox a grading test starts is destroyed at teardown.
+``repo``: a small task repository (real git); ``grader``: (user, token); ``sandboxes``:
+``acquire(role)`` through a started controller for a job of ``grader``, answering the
+controller's ``AcquireResult``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grading.tests import harness_support as hs
+from sandboxes.tests.api_support import make_job, make_user
 from sandboxes.tests.conftest import (  # noqa: F401
     make_controller,
     sandbox_root,
     spawner,
 )
+
+
+@pytest.fixture
+def repo(tmp_path_factory) -> hs.TaskRepo:
+    return hs.make_task_repo(tmp_path_factory.mktemp("task-repo"))
+
+
+@pytest.fixture
+def grader(transactional_db) -> tuple[Any, str]:
+    """The trainer who owns the grading job: (user, API token)."""
+    return make_user("grader")
+
+
+@pytest.fixture
+def sandboxes(make_controller, sandbox_root: Path, repo: hs.TaskRepo, grader):  # noqa: F811
+    controller = make_controller(provider=hs.provider_for(sandbox_root))
+    # egress "allow": this interpreter may not be bindable into an isolated sandbox here.
+    job = make_job(grader[0], egress="allow")
+
+    def acquire(role: str):
+        return controller.acquire(
+            job_id=job.pk,
+            image=repo.image,
+            base_commit=repo.base_commit,
+            role=role,
+            timeout_s=60,
+            **hs.SPEC,
+        )
+
+    return acquire

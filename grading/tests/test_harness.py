@@ -8,40 +8,14 @@ Each grading runs in its own fresh sandbox acquired through the controller with 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 
 from grading.harness import InfrastructureFailure, capture_patch, grade_patch, patch_paths
 from grading.tests import harness_support as hs
 from grading.verdicts import Verdict
-from sandboxes.tests.api_support import make_job, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def repo(tmp_path_factory) -> hs.TaskRepo:
-    return hs.make_task_repo(tmp_path_factory.mktemp("task-repo"))
-
-
-@pytest.fixture
-def sandboxes(make_controller, sandbox_root: Path, repo: hs.TaskRepo):
-    controller = make_controller(provider=hs.provider_for(sandbox_root))
-    # egress "allow": this interpreter may not be bindable into an isolated sandbox here.
-    job = make_job(make_user("grader")[0], egress="allow")
-
-    def acquire(role: str):
-        return controller.acquire(
-            job_id=job.pk,
-            image=repo.image,
-            base_commit=repo.base_commit,
-            role=role,
-            timeout_s=60,
-            **hs.SPEC,
-        )
-
-    return acquire
 
 
 def _grade(sandboxes, **kwargs):
