@@ -17,8 +17,14 @@ import re
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.db import transaction
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
@@ -32,7 +38,8 @@ from grading.models import (
     TaskSet,
     default_excluded_test_config,
 )
-from grading.states import TaskState
+from grading.runner import get_runner
+from grading.states import GradingState, TaskState
 from sandboxes import selectors as sandbox_selectors
 from sandboxes.apis.common import JsonApiView, QuantityField, StrictCharField, StrictSerializer
 from sandboxes.states import Egress
@@ -472,3 +479,87 @@ class SandboxCaptureApi(JsonApiView):
         )
         out = SandboxCaptureApi.OutputSerializer(capture).data
         return Response(out, status=status.HTTP_201_CREATED)
+
+
+class GradingCreateApi(JsonApiView):
+    """POST /api/v1/gradings/ — queue a grading of a patch (or a capture) on a task → 202."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "GradingCreateInput"
+
+        job = serializers.IntegerField(min_value=1)
+        task = StrictCharField(max_length=200, help_text="the task's instance_id")
+        patch = PatchField(required=False, allow_blank=True)
+        capture_id = serializers.IntegerField(min_value=1, required=False)
+        suites = serializers.ListField(
+            child=StrictCharField(max_length=64), required=False, min_length=1, max_length=20
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if ("patch" in attrs) == ("capture_id" in attrs):
+                raise serializers.ValidationError("give exactly one of patch and capture_id.")
+            return attrs
+
+    @extend_schema(
+        operation_id="grading_create",
+        request=InputSerializer,
+        responses={202: inline_serializer("GradingAccepted", {"id": serializers.IntegerField()})},
+    )
+    def post(self, request: Request) -> Response:
+        data = GradingCreateApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        body = data.validated_data
+        job = sandbox_selectors.job_get_for_user(user=request.user, job_id=body["job"])
+        task = selectors.task_get(instance_id=body["task"])
+        capture = None
+        if "capture_id" in body:
+            capture = selectors.capture_get_for_user(
+                user=request.user, capture_id=body["capture_id"]
+            )
+        grading = services.grading_create(
+            job=job,
+            task=task,
+            patch=body.get("patch", ""),
+            capture=capture,
+            suite_names=body.get("suites"),
+            created_by=request.user,
+            now=timezone.now(),
+        )
+        runner = get_runner()
+        if runner is not None:
+            transaction.on_commit(runner.wake)
+        return Response({"id": grading.pk}, status=status.HTTP_202_ACCEPTED)
+
+
+class GradingOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    job = serializers.IntegerField(source="job_id")
+    task = serializers.CharField(source="task.instance_id")
+    capture_id = serializers.IntegerField(allow_null=True)
+    patch_sha256 = serializers.CharField()
+    state = serializers.ChoiceField(choices=GradingState.choices)
+    verdict = serializers.CharField(
+        allow_blank=True, help_text="resolved | unresolved | no_verdict; empty until done"
+    )
+    reason = serializers.CharField(allow_blank=True)
+    tests = serializers.JSONField(help_text="per-test status (PASSED, FAILED, ...)")
+    apply_step = serializers.CharField(allow_blank=True)
+    suites = serializers.JSONField()
+    attempts = serializers.JSONField(
+        help_text="one per sandbox tried: sandbox_id, source, outcome, times, detail"
+    )
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class GradingDetailApi(JsonApiView):
+    """GET /api/v1/gradings/{id}/ — a grading as stored so far (verdict once ``done``)."""
+
+    OutputSerializer = GradingOutputSerializer
+
+    @extend_schema(operation_id="grading_get", responses={200: GradingOutputSerializer})
+    def get(self, request: Request, grading_id: int) -> Response:
+        grading = selectors.grading_get_for_user(user=request.user, grading_id=grading_id)
+        return Response(GradingDetailApi.OutputSerializer(grading).data)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from grading.states import TaskState
+from grading.states import GradingState, TaskState, VerdictChoice
 
 # Suite time limit when a task does not give one: 1,800 s (a SWE-bench suite), NOT execd's
 # 300 s default for a single command.
@@ -133,3 +133,52 @@ class PatchCapture(models.Model):
 
     def __str__(self) -> str:
         return f"capture {self.pk} of sandbox {self.sandbox_id}"
+
+
+class Grading(models.Model):
+    """One patch graded on one task for one job: stored as it progresses (§4.5).
+
+    Rules a reader must not break: ``attempts`` only grows (one entry per sandbox tried,
+    including one a restart lost); a grading reaches ``done`` exactly once, through
+    ``grading.services``; an infrastructure failure is never stored as ``unresolved``.
+    """
+
+    job = models.ForeignKey("sandboxes.Job", on_delete=models.PROTECT, related_name="gradings")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="gradings")
+    capture = models.ForeignKey(
+        PatchCapture, on_delete=models.PROTECT, null=True, blank=True, related_name="gradings"
+    )
+    patch = models.TextField(blank=True)
+    patch_sha256 = models.CharField(max_length=64)
+    suites = models.JSONField(help_text="the suites to run: [{name, command, time_limit_s}]")
+    state = models.CharField(
+        max_length=16, choices=GradingState.choices, default=GradingState.QUEUED
+    )
+    verdict = models.CharField(max_length=16, choices=VerdictChoice.choices, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    tests = models.JSONField(default=dict, help_text="per-test status of the verdict's attempt")
+    apply_step = models.CharField(max_length=64, blank=True)
+    attempts = models.JSONField(default=list)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    runner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="sandman_gradings",
+        null=True,
+        blank=True,
+    )
+    created_at = models.DateTimeField()
+    state_changed_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["state", "created_at"]),
+            models.Index(fields=["job", "verdict"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"grading {self.pk} of {self.task_id}"

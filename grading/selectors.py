@@ -1,15 +1,17 @@
 """Reads of the grading app for the REST API and the admin: tasks and task sets.
 
 Rules a reader must not break: no side effects; tasks are a catalogue every authenticated
-trainer may read (they hold no secrets), so there is no ownership filter here — gradings,
-which belong to jobs, will be filtered by their job's owner.
+trainer may read (they hold no secrets), so there is no ownership filter on them. Gradings
+belong to jobs and are seen only by the job's owner (staff see all); anything else is a 404.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 
-from grading.models import Task, TaskSet
+from grading.models import Grading, PatchCapture, Task, TaskSet
 from sandman_site.errors import NotFound
 
 
@@ -38,3 +40,24 @@ def task_set_get(*, task_set_id: int) -> TaskSet:
         return TaskSet.objects.prefetch_related("tasks").get(pk=task_set_id)
     except TaskSet.DoesNotExist as exc:
         raise NotFound(f"unknown task set {task_set_id}.") from exc
+
+
+def grading_get_for_user(*, user: Any, grading_id: int) -> Grading:
+    """One grading if the caller may see its job (the sandboxes app's rule); else 404."""
+    qs = Grading.objects.select_related("task")
+    if not (getattr(user, "is_staff", False)):
+        qs = qs.filter(job__owner=user)
+    try:
+        return qs.get(pk=grading_id)
+    except Grading.DoesNotExist as exc:
+        raise NotFound(f"grading {grading_id} not found.") from exc
+
+
+def capture_get_for_user(*, user: Any, capture_id: int) -> PatchCapture:
+    qs = PatchCapture.objects.all()
+    if not getattr(user, "is_staff", False):
+        qs = qs.filter(created_by=user)
+    try:
+        return qs.get(pk=capture_id)
+    except PatchCapture.DoesNotExist as exc:
+        raise NotFound(f"capture {capture_id} not found.") from exc

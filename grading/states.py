@@ -23,3 +23,33 @@ TASK_TRANSITIONS: dict[str, frozenset[str]] = {
     TaskState.RETIRED: frozenset(),
 }
 TASK_COLOURS = {TaskState.ACTIVE: "#3ebd93", TaskState.RETIRED: "#52606d"}
+
+
+class GradingState(models.TextChoices):
+    # queued: stored, waiting for a runner; running: a runner holds it (with a lease);
+    # done: a verdict (resolved / unresolved / no_verdict) is stored.
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+
+
+GRADING_TERMINAL = frozenset({GradingState.DONE})
+GRADING_TRANSITIONS: dict[str, frozenset[str]] = {
+    GradingState.QUEUED: frozenset({GradingState.RUNNING}),
+    # running → running: a runner takes over a grading whose lease ran out (a restart).
+    GradingState.RUNNING: frozenset({GradingState.RUNNING, GradingState.DONE}),
+    GradingState.DONE: frozenset(),
+}
+GRADING_COLOURS = {
+    GradingState.QUEUED: "#9aa5b1",
+    GradingState.RUNNING: "#2186eb",
+    GradingState.DONE: "#3ebd93",
+}
+
+
+class VerdictChoice(models.TextChoices):
+    """The stored verdict; the values are ``grading.verdicts.Verdict``'s."""
+
+    RESOLVED = "resolved", "resolved"
+    UNRESOLVED = "unresolved", "unresolved"
+    NO_VERDICT = "no_verdict", "no verdict"

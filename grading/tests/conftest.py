@@ -35,14 +35,22 @@ def grader(transactional_db) -> tuple[Any, str]:
 
 
 @pytest.fixture
-def sandboxes(make_controller, sandbox_root: Path, repo: hs.TaskRepo, grader):  # noqa: F811
-    controller = make_controller(provider=hs.provider_for(sandbox_root))
-    # egress "allow": this interpreter may not be bindable into an isolated sandbox here.
-    job = make_job(grader[0], egress="allow")
+def grading_controller(make_controller, sandbox_root: Path):  # noqa: F811
+    """A started controller whose local sandboxes run execd on this interpreter (pytest)."""
+    return make_controller(provider=hs.provider_for(sandbox_root))
 
+
+@pytest.fixture
+def grading_job(grading_controller, grader):
+    # egress "allow": this interpreter may not be bindable into an isolated sandbox here.
+    return make_job(grader[0], egress="allow")
+
+
+@pytest.fixture
+def sandboxes(grading_controller, grading_job, repo: hs.TaskRepo):
     def acquire(role: str):
-        return controller.acquire(
-            job_id=job.pk,
+        return grading_controller.acquire(
+            job_id=grading_job.pk,
             image=repo.image,
             base_commit=repo.base_commit,
             role=role,

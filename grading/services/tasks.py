@@ -1,4 +1,4 @@
-"""Every write of the grading app: tasks and task sets (``<entity>_<action>``, keyword-only).
+"""Writes for tasks, task sets and patch captures (``<entity>_<action>``, keyword-only).
 
 Rules a reader must not break:
 * Input reaching a service is already validated and normalised (``grading/apis.py``'s
