@@ -9,9 +9,12 @@ start-up wiring), never work done inside a request. Rules a reader must not brea
 * Every attempt uses its own never-used grading sandbox acquired through the controller
   (role ``grading``), exactly as a trainer would, and releases it with the verdict
   (``none`` after an infrastructure failure, so checked reuse retires it).
-* Only infrastructure failures are retried (``InfrastructureFailure``, a Sandman error
-  from the acquire, an unexpected execd answer); a patch that does not apply and failing
-  tests are verdicts.
+* Before every grading the sandbox's ``/probe`` is checked against the task's declared
+  conditions (``grading.conditions``); a readable contradiction refuses that sandbox
+  (recorded with both values) and the grading moves to another one.
+* Only infrastructure failures (``InfrastructureFailure``, a Sandman error from the
+  acquire, an unexpected execd answer) and probe refusals are retried; a patch that does
+  not apply and failing tests are verdicts.
 * Time is a parameter: ``clock`` gives the datetimes stored; tests drive ``run_once``.
 """
 
@@ -31,6 +34,7 @@ from typing import Any
 from django.db import close_old_connections
 
 from grading import services
+from grading.conditions import check_conditions, refusal
 from grading.harness import InfrastructureFailure, grade_patch
 from grading.models import Grading
 from grading.verdicts import Verdict
@@ -148,6 +152,11 @@ class GradingRunner:
         )
         verdict = "none"
         try:
+            refused = self._probe(grading, box.address, box.token)
+            if refused is not None:
+                return services.grading_attempt_failed(
+                    grading=grading, detail=refused, now=self.clock(), outcome="probe_refused"
+                )
             ran = time.monotonic()
             result = asyncio.run(self._grade(grading, box.address, box.token))
             services.grading_decided(
@@ -164,6 +173,22 @@ class GradingRunner:
             )
         finally:
             self._release(box.sandbox_id, verdict, grading)
+
+    async def _read_probe(self, address: str, token: str) -> dict[str, Any]:
+        try:
+            async with ExecdClient(address, token) as execd:
+                return dict((await execd.probe()).readings)
+        except ExecdError as exc:
+            raise InfrastructureFailure(f"execd failed on /probe: {exc}") from exc
+
+    def _probe(self, grading: Grading, address: str, token: str) -> str | None:
+        """Read ``/probe``, record every check on the open attempt; a refusal sentence or None."""
+        readings = asyncio.run(self._read_probe(address, token))
+        checks = check_conditions(grading.task.conditions or {}, readings)
+        services.grading_attempt_probed(
+            grading=grading, readings=readings, checks=[c.as_dict() for c in checks]
+        )
+        return refusal(checks)
 
     async def _grade(self, grading: Grading, address: str, token: str) -> Any:
         task = grading.task

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from grading.services.gradings import (
     grading_attempt_failed,
+    grading_attempt_probed,
     grading_attempt_start,
     grading_claim,
     grading_create,
@@ -26,6 +27,7 @@ from grading.services.tasks import (
 __all__ = [
     "TASK_FIELDS",
     "grading_attempt_failed",
+    "grading_attempt_probed",
     "grading_attempt_start",
     "grading_claim",
     "grading_create",

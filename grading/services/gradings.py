@@ -26,7 +26,7 @@ from grading.verdicts import Verdict
 from sandboxes.states import JobState
 from sandman_site.errors import InvalidInput, InvalidTransition, JobNotActive
 
-INFRASTRUCTURE = frozenset({"infrastructure", "lost"})
+INFRASTRUCTURE = frozenset({"infrastructure", "lost", "probe_refused"})
 _DONE_FIELDS = [
     "attempts",
     "state",
@@ -147,15 +147,27 @@ def grading_attempt_start(
     grading.save(update_fields=["attempts", "lease_until"])
 
 
-def grading_attempt_failed(*, grading: Grading, detail: str, now: dt.datetime) -> bool:
+def grading_attempt_probed(
+    *, grading: Grading, readings: dict[str, Any], checks: list[dict[str, Any]]
+) -> None:
+    """Store the open attempt's ``/probe`` readings and the check of each declared field."""
+    if not grading.attempts or grading.attempts[-1].get("outcome") != "running":
+        raise InvalidTransition(f"grading {grading.pk} has no attempt in progress.")
+    grading.attempts[-1].update(probe=readings, checks=checks)
+    grading.save(update_fields=["attempts"])
+
+
+def grading_attempt_failed(
+    *, grading: Grading, detail: str, now: dt.datetime, outcome: str = "infrastructure"
+) -> bool:
     """Close the open attempt (or record one that never got a sandbox) as an infrastructure
-    failure. True if another attempt is due; otherwise the grading ends ``no_verdict``."""
+    failure or a probe refusal. True if another attempt is due; else ``no_verdict``."""
     if grading.attempts and grading.attempts[-1].get("outcome") == "running":
         attempt = grading.attempts[-1]
     else:
         attempt = {"n": len(grading.attempts) + 1, "sandbox_id": None, "source": ""}
         grading.attempts.append(attempt)
-    attempt.update(outcome="infrastructure", detail=detail[:1000], ended_at=now.isoformat())
+    attempt.update(outcome=outcome, detail=detail[:1000], ended_at=now.isoformat())
     if _infra_attempts(grading) >= grading.max_attempts:
         _finish(grading, verdict=Verdict.NO_VERDICT, reason=_no_verdict(grading), now=now)
         grading.save(update_fields=_DONE_FIELDS)
@@ -203,7 +215,9 @@ def _infra_attempts(grading: Grading) -> int:
 
 def _no_verdict(grading: Grading) -> str:
     last = grading.attempts[-1].get("detail", "") if grading.attempts else ""
-    text = f"no_verdict: {_infra_attempts(grading)} attempts failed for infrastructure; {last}"
+    text = (
+        f"no_verdict: {_infra_attempts(grading)} attempts failed (infrastructure or probe); {last}"
+    )
     return text[:500]
 
 

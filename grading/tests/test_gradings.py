@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from grading import services
-from grading.models import Grading
+from grading.models import Grading, Task
 from grading.runner import GradingRunner
 from grading.tests import harness_support as hs
 from grading.tests.support import instance
@@ -34,8 +34,7 @@ def _task(token: str, repo: hs.TaskRepo, *, command: str = hs.PYTEST, **over: An
         FAIL_TO_PASS=hs.F2P,
         PASS_TO_PASS=hs.P2P,
         suites=[{"name": "unit", "command": command, "time_limit_s": 120}],
-        conditions={"cpu_quota": "500m", "memory_limit": "256Mi"},
-        **over,
+        **{"conditions": {"cpu_quota": "500m", "memory_limit": "256Mi"}, **over},
     )
     response = api(token).post("/api/v1/tasks/", body, format="json")
     assert response.status_code == 201, response.content
@@ -120,7 +119,9 @@ def test_a_grading_whose_sandboxes_keep_dying_ends_no_verdict_never_unresolved(
     grading_id = _grade(token, grading_job.pk, patch=repo.fix)
     GradingRunner(controller=grading_controller, acquire_timeout_s=60).run_once()
     data = _get(token, grading_id)
-    assert data["verdict"] == "no_verdict" and data["reason"].startswith("no_verdict: 3 attempts")
+    assert data["verdict"] == "no_verdict" and data["reason"].startswith(
+        "no_verdict: 3 attempts failed"
+    )
     assert [a["outcome"] for a in data["attempts"]] == ["infrastructure"] * 3
     assert len({a["sandbox_id"] for a in data["attempts"]}) == 3
     assert data["tests"] == {}
@@ -148,3 +149,34 @@ def test_a_restart_mid_grading_retries_it_after_the_lease_and_never_scores_it(
     data = _get(token, grading_id)
     assert data["verdict"] == "resolved"
     assert [a["outcome"] for a in data["attempts"]] == ["lost", "resolved"]
+
+
+def test_every_attempt_records_its_probe_and_a_contradicting_sandbox_is_refused(
+    grading_controller, grading_job, grader, repo
+):
+    """§4.5: a declared time zone the sandboxes do not have refuses each of them (both values
+    recorded); with no other sandbox the grading ends no_verdict, never a 0."""
+    token = grader[1]
+    _task(token, repo)
+    ok = _grade(token, grading_job.pk, patch=repo.fix)
+    runner = GradingRunner(controller=grading_controller, acquire_timeout_s=60)
+    runner.run_once()
+    [attempt] = _get(token, ok)["attempts"]
+    assert {"egress", "time_zone", "cpu_quota"} <= set(attempt["probe"])
+    assert {c["field"] for c in attempt["checks"]} == {"cpu_quota_millis", "memory_limit_bytes"}
+    assert all(c["outcome"] != "contradiction" for c in attempt["checks"])
+    Grading.objects.all().delete()
+    Task.objects.all().delete()
+    _task(token, repo, conditions={"time_zone": "Pacific/Chatham"})
+    refused = _grade(token, grading_job.pk, patch=repo.fix)
+    runner.run_once()
+    data = _get(token, refused)
+    assert data["verdict"] == "no_verdict"
+    assert [a["outcome"] for a in data["attempts"]] == ["probe_refused"] * 3
+    check = data["attempts"][0]["checks"][0]
+    assert (check["field"], check["declared"], check["outcome"]) == (
+        "time_zone",
+        "Pacific/Chatham",
+        "contradiction",
+    )
+    assert check["read"] and "read" in data["attempts"][0]["detail"]
