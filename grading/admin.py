@@ -1,8 +1,9 @@
-"""The admin for tasks, task sets and patch captures.
+"""The admin for tasks, task sets, patch captures and gradings.
 
 Tasks never change once stored (a grading must be reproducible from its task), so the task
 admin is read-only but for the "retire" action, which goes through ``task_retire`` (the one
-transition service). Captures are read-only audit records. Task sets are editable groups.
+transition service). Captures and gradings are read-only audit records (a verdict is written
+by the grading runner only). Task sets are editable groups.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from grading.models import PatchCapture, Task, TaskSet
+from grading.models import Grading, PatchCapture, Task, TaskSet
 from grading.services import task_retire
 from grading.states import TASK_TERMINAL
 
@@ -75,3 +76,28 @@ class PatchCaptureAdmin(ReadOnlyAdmin):
     list_filter = ("task__repo",)
     search_fields = ("sha256", "task__instance_id")
     ordering = ("-created_at",)
+
+
+class ReasonFilter(admin.SimpleListFilter):
+    """The reason's kind: the part before the first ':' (``tests_failed``, ``no_verdict`` ...)."""
+
+    title = "reason"
+    parameter_name = "reason_kind"
+    KINDS = ("resolved", "tests_failed", "patch_did_not_apply", "no_verdict")
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(kind, kind) for kind in self.KINDS]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in self.KINDS:
+            return queryset.filter(reason__startswith=self.value())
+        return queryset
+
+
+@admin.register(Grading)
+class GradingAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task", "job", "state", "verdict", "reason", "created_at")
+    list_filter = ("verdict", "state", ReasonFilter, "job")
+    search_fields = ("task__instance_id", "patch_sha256")
+    ordering = ("-created_at",)
+    list_select_related = ("task", "job")

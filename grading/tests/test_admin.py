@@ -47,3 +47,25 @@ def test_a_task_set_made_in_the_admin_is_stamped(admin_client, admin_user):
     group = TaskSet.objects.get(name="small")
     assert group.created_by == admin_user and list(group.tasks.all()) == [task]
     assert admin_client.get("/admin/grading/patchcapture/").status_code == 200
+
+
+def test_gradings_are_listed_filtered_by_verdict_reason_and_job_and_read_only(admin_client):
+    from grading.models import Grading
+    from sandboxes.tests.api_support import make_job, make_user
+
+    task = _task()
+    job = make_job(make_user("trainer")[0])
+    services.grading_create(
+        job=job,
+        task=task,
+        patch="",
+        capture=None,
+        suite_names=None,
+        created_by=None,
+        now=timezone.now(),
+    )
+    grading = Grading.objects.get()
+    for query in ("verdict__exact=", "reason_kind=no_verdict", f"job__id__exact={job.pk}"):
+        assert admin_client.get(f"/admin/grading/grading/?{query}").status_code == 200
+    page = admin_client.get(f"/admin/grading/grading/{grading.pk}/change/")
+    assert page.status_code == 200 and b"Save" not in page.content
