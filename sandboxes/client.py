@@ -29,6 +29,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -471,6 +472,48 @@ class Job:
             for name in totals:
                 totals[name] += int(answer[name])
         return totals
+
+    def grade(
+        self,
+        *,
+        task: str,
+        patch: str | None = None,
+        capture_id: int | None = None,
+        suites: list[str] | None = None,
+    ) -> Grading:
+        """Queue a grading of ``patch`` (or a stored capture) on ``task``; ``wait()`` on it."""
+        body = {"job": self.id, "task": task, "patch": patch, "capture_id": capture_id}
+        body["suites"] = suites
+        answer = self.client._call(
+            "POST", "/api/v1/gradings/", {k: v for k, v in body.items() if v is not None}
+        )
+        return Grading(self.client, int(answer["id"]))
+
+
+class Grading:
+    """A grading as the service stores it; ``wait()`` polls until it has a verdict."""
+
+    def __init__(self, client: Client, grading_id: int) -> None:
+        self.client, self.id = client, grading_id
+        self.data: dict[str, Any] = {}
+
+    def refresh(self) -> Grading:
+        self.data = self.client._call("GET", f"/api/v1/gradings/{self.id}/")
+        return self
+
+    @property
+    def verdict(self) -> str:
+        """``resolved`` | ``unresolved`` | ``no_verdict`` (resample); empty until done."""
+        return str(self.data.get("verdict", ""))
+
+    def wait(self, *, timeout_s: float = 3600.0, poll_s: float = 1.0) -> Grading:
+        """Poll until the grading is done; ``SandmanClientError(0, "wait_timeout")`` if not."""
+        end = time.monotonic() + timeout_s
+        while self.refresh().data.get("state") != "done":
+            if time.monotonic() > end:
+                raise SandmanClientError(0, "wait_timeout", f"grading {self.id} not done")
+            time.sleep(poll_s)
+        return self
 
 
 class Client:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -29,6 +30,11 @@ _DRF_CODES = {
 }
 
 
+def describe_validation_error(detail: Any) -> str:
+    """One sentence for a serializer's ``errors`` (what the API's ``detail`` says)."""
+    return _sentence(detail)
+
+
 def _sentence(detail: Any) -> str:
     if isinstance(detail, dict):
         parts = []
@@ -46,6 +52,10 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         if exc.extra:
             error["extra"] = exc.extra
         return Response(error, status=exc.status)
+    if isinstance(exc, RequestDataTooBig):  # a body over DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {"error": "too_large", "detail": "The request body is too large."}, status=413
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

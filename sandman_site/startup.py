@@ -28,3 +28,4 @@ def start_controller_once() -> None:
         if not controller.started:
             controller.start()
             log.info("controller started (backend %s)", settings.SANDMAN_BACKEND)
+        wiring.start_grading_runner(controller)

@@ -2,7 +2,8 @@
 
 The controller (``sandboxes``) does not import the incidents app; this module, which sits
 above both, hands it the incidents functions as :class:`ControllerHooks`: the sweep's
-ownerless sandboxes open a draft incident, and every sweep runs the detectors.
+ownerless sandboxes open a draft incident, and every sweep runs the detectors. It also starts
+the grading runner (``grading.runner``) beside an autostarted controller.
 
 Rule a reader must not break: ``install()`` runs before anything calls
 ``get_controller()`` in a serving process (``sandman_site.startup``, from the ASGI
@@ -15,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from grading.runner import GradingRunner, get_runner, set_runner
 from incidents import detectors
 from incidents import services as incident_services
 from sandboxes.controller import Controller, ControllerHooks, set_controller_builder
@@ -44,3 +46,11 @@ def build_controller(**overrides: Any) -> Controller:
 def install() -> None:
     """Make ``get_controller()`` build the process-wide controller with this wiring."""
     set_controller_builder(build_controller)
+
+
+def start_grading_runner(controller: Controller) -> None:
+    """Start the process's grading runner beside its controller (once; ``grading.runner``)."""
+    if get_runner() is None:
+        runner = GradingRunner(controller=controller)
+        set_runner(runner)
+        runner.start()
