@@ -213,3 +213,22 @@ def test_every_path_the_paper_map_names_exists() -> None:
         elif test and not re.search(rf"def {re.escape(test)}\b", path.read_text()):
             missing.append(f"{rel}::{test}")
     assert missing == []
+
+
+def test_nothing_probes_a_provider_with_getattr_or_hasattr() -> None:
+    """The Provider protocol declares everything the controller calls (docs §4)."""
+    offenders = []
+    for path in _python_files():
+        rel = path.relative_to(ROOT).as_posix()
+        if "/tests/" in rel or not rel.startswith("sandboxes/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and node.args
+                and "provider" in ast.unparse(node.args[0])
+            ):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert offenders == []
