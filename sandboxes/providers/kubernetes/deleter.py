@@ -154,8 +154,8 @@ class PodDeleter:
         return delete_object(self._core, self._config, name, uid)
 
     def _delete_pending_sync(self, entry: PendingDelete, terminating: bool) -> tuple[str, str]:
-        """(how, uid): read first when only the name is known or the pod is Terminating --
-        a Terminating pod gets no second DELETE (``terminating``)."""
+        """(how, uid): read first when only the name is known or the pod may be Terminating
+        (``terminating``) -- a Terminating pod gets no second DELETE."""
         uid = entry.uid
         if not uid or terminating:
             try:
@@ -238,8 +238,11 @@ class PodDeleter:
         )
 
     async def _attempt(self, entry: PendingDelete) -> tuple[str, str]:
-        """One try: DELETE (or only a read if the pod is Terminating); (how, uid)."""
-        terminating = self._known_terminating(entry)
+        """One try: DELETE, or a read first if the pod is Terminating or an earlier DELETE
+        of it went unanswered (it may have been applied: no second DELETE then); (how, uid)."""
+        held = self._pending.get(entry.name)
+        unanswered = bool(entry.last_error or (held is not None and held.last_error))
+        terminating = self._known_terminating(entry) or unanswered
         how, uid = await self._calls.run(
             "delete", entry.name, self._delete_pending_sync, entry, terminating
         )
