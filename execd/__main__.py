@@ -3,12 +3,20 @@
 Start-up order matters: the config (and token) is read once, the App starts
 its reaper and shell, the socket is bound, and only then is
 ``listening on HOST:PORT`` printed and flushed - it is the first line on
-stdout, so a caller that reads it can connect at once. SIGTERM and SIGINT
-stop the server and kill every process the sandbox started before exiting.
+stdout, so a caller that reads it can connect at once.
+
+Shutdown is orderly: the SIGTERM/SIGINT handler only records the request (no
+exception, no lock: it runs between two bytecodes of the main thread, which
+may be inside ``Thread.start``). The main thread, woken through the signal
+wakeup fd, stops the server (no new connection), ends idle keep-alive
+connections, kills every process the sandbox started (a running command
+returns), gives request threads ``SHUTDOWN_JOIN_S`` to finish, abandons the
+rest (daemon threads) and exits 0. SIGKILL is the only way to exit otherwise.
 """
 
 import logging
 import os
+import select
 import signal
 import sys
 from typing import Any, List, Optional
@@ -22,6 +30,38 @@ from .app import App  # noqa: E402
 from .config import parse_args  # noqa: E402
 from .server import Server  # noqa: E402
 
+log = logging.getLogger("execd")
+
+
+# Seconds request threads get to finish after the sandbox's processes are killed.
+SHUTDOWN_JOIN_S = 5.0
+
+
+class StopRequest:
+    """The signal that asked execd to stop. ``record`` is the signal handler: it only
+    stores the number; ``wait`` (main thread) sleeps on the signal wakeup fd until then."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        signal.set_wakeup_fd(self._w)  # every signal writes a byte here: ``wait`` wakes
+
+    def record(self, signum: int, _frame: Any) -> None:
+        if not self.signum:
+            self.signum = signum
+
+    def wait(self) -> int:
+        while not self.signum:
+            select.select([self._r], [], [])
+            try:
+                while os.read(self._r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        return self.signum
+
 
 def main(argv: Optional[List[str]] = None) -> int:
     cfg = parse_args(argv)
@@ -31,27 +71,29 @@ def main(argv: Optional[List[str]] = None) -> int:
         format="execd %(levelname)s %(name)s: %(message)s",
     )
     app = App(cfg)
-
-    def stop(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop = StopRequest()
+    signal.signal(signal.SIGTERM, stop.record)
+    signal.signal(signal.SIGINT, stop.record)
     signal.signal(signal.SIGCHLD, lambda _s, _f: app.reaper.notify())
+    server: Optional[Server] = None
     try:
         app.start()
+        if stop.signum:  # asked to stop while starting: never listen
+            return 0
         server = Server((cfg.host, cfg.port), app)
         host, port = server.server_address[:2]
+        server.serve_in_thread()
         sys.stdout.write("listening on %s:%d\n" % (str(host), port))
         sys.stdout.flush()
-        try:
-            server.serve_forever(poll_interval=0.5)
-        finally:
-            server.server_close()
-    except SystemExit as e:
-        return 0 if e.code in (128 + signal.SIGTERM, 128 + signal.SIGINT) else int(e.code or 0)
+        stop.wait()
+        log.info("signal %d: stopping", stop.signum)
+        server.stop_serving()  # no new connection; idle keep-alive ones end
     finally:
-        app.close()
+        app.close()  # kills every process the sandbox started: a running command returns
+        if server is not None:
+            left = server.join_requests(SHUTDOWN_JOIN_S)
+            if left:
+                log.warning("%d request thread(s) still running at exit: abandoned", left)
     return 0
 
 

@@ -11,14 +11,23 @@ carries ``Authorization: Bearer <token>`` (compared with
 connection closed) before answering, so keep-alive never desyncs; every error
 is ``{"error": code, "detail": sentence}`` (``protocol.ErrorAnswer``) from ``send_json``;
 the route table is ``protocol.ROUTES`` (shapes and auth) joined to ``App`` method names.
+
+Shutdown (``__main__``): ``serve_in_thread`` serves from a thread so the main thread
+stays free for signals; ``stop_serving`` stops accepting and ends every connection's
+reading side (an idle keep-alive thread returns, a running request still answers);
+``join_requests`` waits a bounded time for the connection threads and says how many were
+abandoned. Once ``stopping`` is set, a request cut short by the shutdown is logged
+without a traceback.
 """
 
 import json
 import logging
 import socket
 import sys
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from . import __version__, protocol
 from .app import App
@@ -74,14 +83,67 @@ class Server(ThreadingHTTPServer):
 
     def __init__(self, address: Tuple[str, int], app: App) -> None:
         self.app = app
+        self.stopping = False
+        self._serving: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self._connections: Dict[threading.Thread, socket.socket] = {}
         super().__init__(address, Handler)
 
+    def serve_in_thread(self) -> None:
+        self._serving = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="execd-serve"
+        )
+        self._serving.daemon = True
+        self._serving.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One daemon thread per connection, registered (with its socket) BEFORE it
+        starts, so ``stop_serving`` after ``shutdown`` sees every connection."""
+        thread = threading.Thread(target=self._connection, args=(request, client_address))
+        thread.daemon = True
+        with self._lock:
+            self._connections[thread] = request
+        thread.start()
+
+    def _connection(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._connections.pop(threading.current_thread(), None)
+
+    def stop_serving(self) -> None:
+        """Stop accepting, close the listening socket, end every connection's reads."""
+        self.stopping = True
+        if self._serving is not None:
+            self.shutdown()  # returns once serve_forever has
+        self.server_close()
+        with self._lock:
+            sockets = list(self._connections.values())
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass  # already closed by its thread
+
+    def join_requests(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for the connection threads; how many still run."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            threads: List[threading.Thread] = list(self._connections)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return sum(1 for t in threads if t.is_alive())
+
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up mid-request is normal; anything else is logged
-        (through logging, never a bare print from a daemon thread)."""
+        """A client that hangs up mid-request is normal, and so is a request cut short by
+        shutdown; anything else is logged (through logging, never a bare print from a
+        daemon thread)."""
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
             log.debug("client %s went away: %s", client_address, exc)
+        elif self.stopping:
+            log.info("request from %s cut short by shutdown: %r", client_address, exc)
         else:
             log.warning("request from %s failed", client_address, exc_info=True)
 
@@ -191,7 +253,10 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as e:
             self.send_json(e.status, e.body())
         except Exception as e:  # the one place that turns a bug into a 500, logged
-            log.exception("%s %s failed", method, path)
+            if self.server.stopping:  # type: ignore[attr-defined]  # the shell is going away
+                log.info("%s %s cut short by shutdown: %r", method, path, e)
+            else:
+                log.exception("%s %s failed", method, path)
             self.send_json(500, _error("internal", "%s: %s" % (type(e).__name__, e)))
 
     def _read_body(self, limit: int) -> bytes:

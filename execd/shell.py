@@ -3,7 +3,8 @@
 Invariants:
 - One command runs at a time: ``run`` takes ``_busy`` without waiting and
   raises ``Busy`` otherwise (HTTP 409). Restarting the shell happens only
-  while holding ``_busy``.
+  while holding ``_busy``; ``close`` takes it for good (after killing the
+  sandbox, so a running command returns), so no shell starts after close.
 - A result is built only from a valid status frame (``frames.FrameParser``),
   from the shell's own exit, or from our timeout; whenever the frame is
   invalid or the shell died, every sandbox process is killed and a new shell
@@ -79,6 +80,7 @@ class Shell:
         self.clock = clock
         self._busy = threading.Lock()
         self._resetting = False
+        self._closing = False
         self._proc = None  # type: Optional[BashProcess]
 
     # -- lifecycle -----------------------------------------------------------
@@ -97,7 +99,12 @@ class Shell:
         return self._proc is not None and self._proc.poll_exit() is None
 
     def close(self) -> Dict[str, List[int]]:
-        report = self.kill_sandbox()
+        """Kill every process the sandbox started; a running command returns (without a
+        restart) and ``_busy`` is then kept, so no command starts again."""
+        self._closing = True
+        report = self.kill_sandbox()  # a running /exec sees its shell die and returns
+        if not self._busy.acquire(timeout=self.kill_grace + 10.0):
+            log.warning("the running command did not release the shell at close")
         if self._proc is not None:
             self._proc.close(self.reaper)
             self._proc = None
@@ -273,6 +280,8 @@ class Shell:
             error = "invalid status frame (%s)" % o.frame_error
         if self._resetting:  # /reset killed the command (and restarts the shell itself)
             error = _join(error, "interrupted by /reset")
+        elif self._closing:  # execd is stopping: no new shell
+            error = _join(error, "interrupted: execd is stopping")
         elif o.died or o.gave_up or o.frame is None:
             rc = proc.wait_exit(1.0)  # status EOF can precede the exit becoming visible
             killed = self._restart()["signalled"]

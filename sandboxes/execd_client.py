@@ -5,8 +5,9 @@
             answer = await execd.exec("pytest -q", timeout_s=600)
 
 Built on aiohttp. Give it a session to share connections across sandboxes (the session's
-connector keeps one keep-alive connection per address; see ``new_session``); without one it
-opens its own and closes it in ``close``.
+connector keeps one keep-alive connection per address; see ``new_session``, and
+``SharedSession`` for the one session a controller or provider keeps); without one it opens
+its own and closes it in ``close``.
 
 Rules a reader must not break:
 * Every answer is parsed with its route's ``execd.protocol`` shape; a 200 of another shape,
@@ -22,6 +23,7 @@ Rules a reader must not break:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from types import TracebackType
@@ -98,6 +100,40 @@ def new_session(*, keepalive_s: float = KEEPALIVE_S) -> aiohttp.ClientSession:
     """A session to share between clients: no pool limit, connections kept ``keepalive_s``."""
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s)
     return aiohttp.ClientSession(connector=connector)
+
+
+class SharedSession:
+    """One ``new_session()`` for every client of a controller or provider.
+
+    Opened lazily on the event loop that first asks for it, and never used from another:
+    asked from a new loop (a controller restarted on a new thread), it closes the old one
+    (on its own loop if that still runs) and opens a new one. ``close`` closes it; the
+    next ``get`` opens a fresh one.
+    """
+
+    def __init__(self, *, keepalive_s: float = KEEPALIVE_S) -> None:
+        self._keepalive_s = keepalive_s
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def get(self) -> aiohttp.ClientSession:
+        """The session of the running loop (opened now if there is none)."""
+        loop = asyncio.get_running_loop()
+        if self._session is not None and (self._session.closed or self._loop is not loop):
+            await self.close()
+        if self._session is None:
+            self._session = new_session(keepalive_s=self._keepalive_s)
+            self._loop = loop
+        return self._session
+
+    async def close(self) -> None:
+        session, loop, self._session, self._loop = self._session, self._loop, None, None
+        if session is None or session.closed:
+            return
+        if loop is asyncio.get_running_loop() or loop is None or loop.is_closed():
+            await session.close()  # a closed loop's connector has nothing left to wait for
+        elif loop.is_running():
+            asyncio.run_coroutine_threadsafe(session.close(), loop)
 
 
 class ExecdClient:

@@ -2,10 +2,13 @@
 
 Health checks go through the provider; this class is the only place the controller talks
 to execd directly (``/state/baseline`` after Ready, ``/reset`` + ``/state/check`` +
-``/state/restore`` after a release), so replacing the HTTP client touches this class only.
+``/state/restore`` after a release), through ``ExecdClient`` over one shared session that
+is opened on the controller's loop at first use and closed at shutdown.
 
 Rules a reader must not break (paper §4.3, Appendix I):
-* Any failure of the cycle retires the pod: it is never reused on doubt.
+* Any failure of the cycle retires the pod: it is never reused on doubt. An answer of a
+  shape ``execd.protocol`` does not declare is such a failure (``bad_answer:<route>[:<field>]``),
+  never read with a guessed default.
 * A failed baseline does not fail the create (the pod serves once; its check will fail).
 """
 
@@ -16,17 +19,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
-
 from sandboxes import events
 from sandboxes.controller.tasks import TaskOwner
+from sandboxes.execd_client import ExecdBadAnswer, ExecdClient, ExecdError, SharedSession
 from sandboxes.services import sandbox_record_event
 
 log = logging.getLogger(__name__)
 
 
 class ReuseChecker:
-    """execd's state cycle for checked reuse, over one kept aiohttp session."""
+    """execd's state cycle for checked reuse, over one kept session."""
 
     def __init__(
         self, tasks: TaskOwner, now: Callable[[], dt.datetime], execd_timeout_s: float
@@ -34,14 +36,14 @@ class ReuseChecker:
         self._tasks = tasks
         self._now = now
         self._timeout_s = execd_timeout_s
-        self._http: aiohttp.ClientSession | None = None
+        self._session = SharedSession()
 
     async def take_baseline(self, sandbox_id: int, address: str, token: str) -> None:
         """Record the state a checked-reuse grading pod must return to (before first use)."""
         try:
-            report = await self._post(address, token, "/state/baseline", {})
-            detail: dict[str, Any] = {"ok": True, "files": report.get("files")}
-        except Exception as exc:  # any failure: the pod still serves once; its check fails
+            report = await (await self._client(address, token)).state_baseline()
+            detail: dict[str, Any] = {"ok": True, "files": report.files}
+        except (ExecdError, ValueError) as exc:  # the pod still serves once; its check fails
             log.warning("state baseline of sandbox %s failed: %s", sandbox_id, exc)
             detail = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
         await self._tasks.db(
@@ -53,51 +55,27 @@ class ReuseChecker:
         )
 
     async def state_cycle(self, address: str, token: str) -> tuple[bool, str]:
-        """execd /reset, /state/check and, if it differs, /state/restore and check again."""
+        """execd /reset, /state/check and, if it differs, /state/restore (which checks again)."""
         try:
-            await self._post(address, token, "/reset", {})
-            check = await self._post(address, token, "/state/check", {})
-            if _clean(check):
+            execd = await self._client(address, token)
+            await execd.reset()
+            if (await execd.state_check()).clean:
                 return True, "clean"
-            restore = await self._post(address, token, "/state/restore", {})
-            if restore.get("unrestorable"):
+            restore = await execd.state_restore()
+            if restore.unrestorable:
                 return False, "unrestorable"
-            if "clean" in restore:  # execd checks again after restoring
-                return (True, "restored") if restore["clean"] else (False, "differs_after_restore")
-            again = await self._post(address, token, "/state/check", {})
-            if _clean(again):
-                return True, "restored"
-            return False, "differs_after_restore"
-        except Exception as exc:  # any failure retires the pod: never reuse on doubt
+            return (True, "restored") if restore.clean else (False, "differs_after_restore")
+        except ExecdBadAnswer as exc:  # an undeclared shape: retire, never guess
+            log.warning("state check at %s: %s", address, exc)
+            return False, f"bad_answer:{exc.route}" + (f":{exc.field}" if exc.field else "")
+        except (ExecdError, ValueError) as exc:  # any failure retires the pod
             log.warning("state check at %s failed: %s", address, exc)
             return False, f"check_error:{type(exc).__name__}"
 
     async def close(self) -> None:
-        """Close the kept session (at controller shutdown)."""
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        """Close the kept session (at controller shutdown, on the controller's loop)."""
+        await self._session.close()
 
-    async def _post(
-        self, address: str, token: str, path: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
-        async with self._http.post(
-            f"http://{address}{path}",
-            json=body,
-            headers={"Authorization": f"Bearer {token}"},
-        ) as response:
-            payload = await response.json(content_type=None)
-            if response.status != 200:
-                raise RuntimeError(f"execd {path} answered {response.status}: {payload}")
-            return payload if isinstance(payload, dict) else {}
-
-
-def _clean(check: dict[str, Any]) -> bool:
-    """execd's state check says the pod matches its baseline."""
-    if "clean" in check:
-        return bool(check["clean"])
-    if "ok" in check and "differences" not in check:
-        return bool(check["ok"])
-    return not check.get("differences")
+    async def _client(self, address: str, token: str) -> ExecdClient:
+        session = await self._session.get()
+        return ExecdClient(address, token, session=session, timeout_s=self._timeout_s)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+import pytest
+
 from sandboxes import events
+from sandboxes.controller.reuse import ReuseChecker
+from sandboxes.controller.runtime import utc_now
+from sandboxes.controller.tasks import TaskOwner
 from sandboxes.models import Sandbox, SandboxEvent
 from sandboxes.tests.controller_support import (
     acquire_args,
@@ -60,3 +70,75 @@ def test_a_grading_pod_released_without_a_verdict_is_retired(controller, sandbox
     retired = SandboxEvent.objects.get(sandbox_id=got.sandbox_id, kind=events.RETIRED)
     assert retired.detail["reason"] == "no_verdict"
     assert not process_alive(pid)
+
+
+# --- answers of undeclared shapes retire the pod ---------------------------------------------
+
+
+class _StateAnswers(BaseHTTPRequestHandler):
+    """execd's state routes answering the (status, body) in ``answers`` (set per server)."""
+
+    protocol_version = "HTTP/1.1"
+    answers: dict[str, dict[str, Any]] = {}
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        data = json.dumps(self.answers[self.path]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+_RESET = {"killed": [], "survivors": [], "shell_alive": True, "duration_ms": 1.0}
+_DIRTY = {"clean": False, "differences": [{"kind": "file", "change": "added"}], "duration_ms": 1}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        # the old shapes the controller used to accept: now undeclared, so the pod retires
+        ({"/state/check": {"ok": True}}, (False, "bad_answer:POST /state/check:clean")),
+        ({"/state/check": {"differences": []}}, (False, "bad_answer:POST /state/check:clean")),
+        (
+            {"/state/check": _DIRTY, "/state/restore": {"restored": [], "unrestorable": []}},
+            (False, "bad_answer:POST /state/restore:clean"),
+        ),
+        # declared answers
+        ({"/state/check": {"clean": True, "differences": [], "duration_ms": 1}}, (True, "clean")),
+        (
+            {
+                "/state/check": _DIRTY,
+                "/state/restore": {
+                    "restored": [{"kind": "file"}],
+                    "unrestorable": [],
+                    "clean": True,
+                    "remaining": [],
+                    "duration_ms": 1,
+                },
+            },
+            (True, "restored"),
+        ),
+    ],
+)
+async def test_the_state_cycle_retires_a_pod_whose_answers_have_an_undeclared_shape(
+    answers: dict[str, dict[str, Any]], expected: tuple[bool, str]
+) -> None:
+    handler = type("Handler", (_StateAnswers,), {"answers": {"/reset": _RESET, **answers}})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    checker = ReuseChecker(cast(TaskOwner, None), utc_now, execd_timeout_s=10)
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        assert await checker.state_cycle(address, "token") == expected
+    finally:
+        await checker.close()
+        server.shutdown()
+        server.server_close()
+        thread.join()

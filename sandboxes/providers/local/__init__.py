@@ -6,7 +6,7 @@ Module map: ``images`` (image -> workspace), ``isolation`` (bubblewrap launch, g
 ``cgroups`` (limits), ``procs`` (pids, reaping), ``records`` (on-disk record),
 ``readiness`` / ``teardown`` (wait_ready / destroy: collaborators the provider builds,
 each given what it uses), ``locks`` (one create/destroy per name), ``health`` (execd's
-health: the one execd call), ``wire`` (asyncio I/O helpers), ``sandbox_init`` (the
+health through the one execd client: the one execd call), ``sandbox_init`` (the
 sandbox's first process; standard library only).
 """
 

@@ -1,41 +1,47 @@
-"""The local backend's one way to execd: its ``GET /health`` over kept connections.
+"""The local backend's one way to execd: its ``GET /health`` through the one execd client.
 
-Every execd call of this provider goes through :class:`ExecdHealth`, so replacing the
-hand-written client in ``wire.py`` with the shared execd client changes this module only.
+Every execd call of this provider goes through :class:`ExecdHealth`: ``ExecdClient``
+(``sandboxes.execd_client``) over one session shared by every sandbox, whose connector
+keeps one keep-alive connection per address, so the check before a warm hand-out costs one
+request on an open connection instead of a connect (through the egress relay: a new relay
+thread and an upstream connect inside the sandbox).
 
 Rules a reader must not break:
-* A health check answers True or False, never raises: a transport error, a timeout, a
-  malformed answer or anything but ``200`` with ``{"ok": true}`` is False.
-* A sandbox's kept connection is dropped when the sandbox is destroyed, so a later
-  sandbox at the same address never inherits it.
+* A health check answers True or False, never raises: a transport error, a timeout, an
+  error status or an answer of a shape ``execd.protocol`` does not declare is False; only
+  a declared ``{ok, version, shell_alive}`` answer with ``ok`` true is True.
+* A kept connection found closed (execd restarted, the sandbox destroyed and its port
+  reused) is replaced once, at once, by the client's one retry of a GET; a POST is never
+  sent here.
+* The session is opened on the loop that checks and closed by ``close`` on that loop; a
+  provider used again on a new loop (a controller restarted) opens a new one there.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 
-from sandboxes.providers.local.wire import KeptConnections
+from sandboxes.execd_client import ExecdClient, ExecdError, SharedSession
+
+log = logging.getLogger(__name__)
 
 
 class ExecdHealth:
-    """execd's ``/health`` per sandbox, one kept-alive connection each."""
+    """execd's ``/health`` per sandbox, over one shared session of kept connections."""
 
     def __init__(self, timeout_s: float) -> None:
         self._timeout_s = timeout_s
-        self._kept = KeptConnections()
+        self._session = SharedSession()
 
     async def check(self, name: str, address: str) -> bool:
         try:
-            status, body = await self._kept.get_json(
-                name, address, "/health", timeout_s=self._timeout_s
+            execd = ExecdClient(
+                address, "", session=await self._session.get(), timeout_s=self._timeout_s
             )
-        except (OSError, TimeoutError, ValueError, EOFError, asyncio.LimitOverrunError):
+            return (await execd.health()).ok
+        except (ExecdError, ValueError) as exc:
+            log.debug("health of %s at %s: %s", name, address, exc)
             return False
-        return status == 200 and isinstance(body, dict) and body.get("ok") is True
 
-    def forget(self, name: str) -> None:
-        """The sandbox is going: close its kept connection."""
-        self._kept.drop(name)
-
-    def close(self) -> None:
-        self._kept.close()
+    async def close(self) -> None:
+        await self._session.close()

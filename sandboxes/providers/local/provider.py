@@ -372,7 +372,6 @@ class LocalProvider:
     # --- destroy, list, close -------------------------------------------------------------
 
     async def destroy(self, handle: Handle) -> None:
-        self._execd.forget(handle.name)
         await self._teardown.destroy(handle)
 
     async def _undo(self, name: str, directory: Path) -> None:
@@ -412,7 +411,7 @@ class LocalProvider:
         """Finish background destroys; close ready pipes. Sandboxes keep running."""
         while self._background:  # a settling create may add its destroy
             await asyncio.gather(*list(self._background), return_exceptions=True)
-        self._execd.close()
+        await self._execd.close()
         for live in self._live.values():
             if live.ready_fd is not None:
                 os.close(live.ready_fd)

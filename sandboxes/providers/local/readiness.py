@@ -5,8 +5,9 @@ root, the table of sandboxes this process spawned, the health check, the host's 
 the clocks); it never sees the provider itself.
 
 Invariants:
-* A sandbox is Ready only after execd said ``listening on`` AND answered ``/health``
-  with ``ok: true`` at the address we hand out.
+* A sandbox is Ready only after execd said ``listening on`` (read from its ready pipe by
+  ``read_line``, not HTTP) AND answered ``/health`` with ``ok: true`` at the address we
+  hand out.
 * On any failure (budget spent, execd died first) ``SandboxNotReady`` is raised and the
   sandbox is left as it is, for the caller's ``destroy``; the error carries the tail of
   execd's log so the reason is not lost with the sandbox.
@@ -27,13 +28,43 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sandboxes.providers.base import Handle, ReadyInfo
-from sandboxes.providers.local import isolation, procs, records, wire
+from sandboxes.providers.local import isolation, procs, records
 from sandboxes.providers.local.runtime import Runtime
 from sandboxes.providers.local.spawn import Live
 from sandman_site.errors import SandboxNotReady
 
 _HEALTH_RETRY_S = 0.01
 _LOCAL_HOSTS = ("", "0.0.0.0", "127.0.0.1", "localhost", "::", "::1")
+
+
+async def read_line(fd: int, timeout_s: float) -> bytes:
+    """The first line written to the non-blocking pipe ``fd`` (b"" if it closed first).
+
+    Uses no thread (a burst of creates waiting for readiness never queues behind the
+    default executor's few workers). Raises ``TimeoutError`` when no full line (nor EOF)
+    arrives in time.
+    """
+    loop = asyncio.get_running_loop()
+    buffer = bytearray()
+    finished: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        buffer.extend(chunk)
+        if (not chunk or b"\n" in buffer) and not finished.done():
+            finished.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await asyncio.wait_for(finished, max(timeout_s, 0.0))
+    finally:
+        loop.remove_reader(fd)
+    return bytes(buffer).split(b"\n", 1)[0]
 
 
 def _log_tail(directory: os.PathLike[str] | str, limit: int = 2000) -> str:
@@ -134,7 +165,7 @@ class ReadinessWaiter:
         address = record.address
         if live is not None and live.ready_fd is not None:
             try:
-                line = await wire.read_line(live.ready_fd, deadline - self._monotonic())
+                line = await read_line(live.ready_fd, deadline - self._monotonic())
             except TimeoutError:
                 raise _not_ready(
                     name, f"execd did not listen within {budget_s:g} s", directory

@@ -701,29 +701,34 @@ async def test_commands_cannot_read_the_token_from_the_memory_of_init_or_execd(
 
 
 class _CountingHealth:
-    """A stdlib HTTP/1.1 server answering /health, counting the connections it accepted."""
+    """A stdlib HTTP/1.1 server answering /health with ``body``, counting the connections it
+    accepted; ``drop_idle`` closes every connection from the server's side while idle."""
 
-    def __init__(self) -> None:
+    FULL = {"ok": True, "version": "test", "shell_alive": True}  # execd's declared shape
+
+    def __init__(self, body: dict[str, object] | None = None) -> None:
         import http.server
         import threading
 
         owner = self
         self.connections = 0
+        self.body = json.dumps(self.FULL if body is None else body).encode()
+        self.open: list[socket.socket] = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def setup(self) -> None:
                 owner.connections += 1
+                owner.open.append(self.request)
                 super().setup()
 
             def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-                body = b'{"ok": true}'
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(owner.body)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(owner.body)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -734,6 +739,13 @@ class _CountingHealth:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def drop_idle(self) -> None:
+        """The server closes its kept connections (an execd restarted or gone)."""
+        for sock in self.open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.open.clear()
+
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
@@ -742,24 +754,42 @@ class _CountingHealth:
 
 @pytest.mark.asyncio
 async def test_health_checks_reuse_one_kept_connection_and_replace_a_closed_one() -> None:
-    from sandboxes.providers.local.wire import KeptConnections
+    from sandboxes.providers.local.health import ExecdHealth
 
     server = _CountingHealth()
-    kept = KeptConnections()
+    health = ExecdHealth(timeout_s=10)
     try:
         for _ in range(3):
-            status, body = await kept.get_json("sb-a", server.address, "/health", timeout_s=10)
-            assert (status, body) == (200, {"ok": True})
+            assert await health.check("sb-a", server.address) is True
         assert server.connections == 1
-        for stream in list(kept._idle.values()):  # the kept connection dies while idle
-            stream[1].transport.abort()
-        assert await kept.get_json("sb-a", server.address, "/health", timeout_s=10) == (
-            200,
-            {"ok": True},
-        )
+        server.drop_idle()  # the kept connection dies while idle
+        assert await health.check("sb-a", server.address) is True
         assert server.connections == 2
-        kept.drop("sb-a")
-        assert "sb-a" not in kept._idle
+        assert await health.check("sb-a", server.address) is True
+        assert server.connections == 2  # the replacement is kept in turn
     finally:
-        kept.close()
+        await health.close()
+        server.stop()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"ok": True},  # no version, no shell_alive: not the declared shape
+        {"ok": "yes", "version": "test", "shell_alive": True},
+        {"ok": False, "version": "test", "shell_alive": False},
+    ],
+)
+async def test_a_health_answer_of_an_undeclared_shape_or_not_ok_is_false(
+    body: dict[str, object],
+) -> None:
+    from sandboxes.providers.local.health import ExecdHealth
+
+    server = _CountingHealth(body)
+    health = ExecdHealth(timeout_s=10)
+    try:
+        assert await health.check("sb-a", server.address) is False
+    finally:
+        await health.close()
         server.stop()
