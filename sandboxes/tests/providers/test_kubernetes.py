@@ -432,7 +432,10 @@ async def test_a_delete_answered_500_stays_pending_until_flushed(
 async def test_a_delete_whose_reply_is_lost_is_confirmed_by_the_retry(
     make_cluster: MakeCluster, make_provider: MakeProvider
 ) -> None:
-    """Table A21, window 20: the delete was applied, the answer reset; the retry gets 404."""
+    """Table A21, window 20: the delete was applied, the answer reset. The retry reads the
+    pod first (the lost DELETE may have been applied) and gets 404: no second DELETE. The
+    pod is owned as a pending delete until then, unless its DELETED watch event came first
+    and confirmed it (both orders happen)."""
     cluster = make_cluster(nodes=1)
     pending: list[PendingDelete] = []
     provider = make_provider(cluster, on_pending=pending.append)
@@ -440,7 +443,8 @@ async def test_a_delete_whose_reply_is_lost_is_confirmed_by_the_retry(
     cluster.plans.add("delete", "reset_after_apply")
     await provider.destroy(handle)
     assert cluster.pods(NS) == [] and provider.pending_deletes() == []
-    assert [p.name for p in pending] == ["sb-1"] and counts(cluster, "delete") == 2
+    assert [p.name for p in pending] in (["sb-1"], [])
+    assert counts(cluster, "delete") == 1
 
 
 @pytest.mark.asyncio
