@@ -7,7 +7,8 @@ answer never waits on Nagle's algorithm.
 
 Invariants: every route but ``GET /health`` answers 401 unless the request
 carries ``Authorization: Bearer <token>`` (compared with
-``hmac.compare_digest``); the request body is always read in full (or the
+``hmac.compare_digest``), and ``GET /health`` with an ``Authorization`` header
+answers 401 unless it is the right one; the request body is always read in full (or the
 connection closed) before answering, so keep-alive never desyncs; every error
 is ``{"error": code, "detail": sentence}`` (``protocol.ErrorAnswer``) from ``send_json``;
 the route table is ``protocol.ROUTES`` (shapes and auth) joined to ``App`` method names.
@@ -238,9 +239,11 @@ class Handler(BaseHTTPRequestHandler):
         try:
             raw = self._read_body(app.cfg.max_body_bytes)
             route = ROUTES.get((method, path))
-            if (route is None or route.auth) and not app.authorized(
-                self.headers.get("Authorization")
-            ):
+            credentials = self.headers.get("Authorization")
+            # /health needs no token (a kubelet probe sends none), but one that is sent is
+            # checked: a caller can tell its own sandbox from another on a reused address.
+            checked = route is None or route.auth or credentials is not None
+            if checked and not app.authorized(credentials):
                 raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
             if route is None:
                 if path in PATHS:

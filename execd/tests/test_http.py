@@ -26,6 +26,18 @@ def test_health_needs_no_token(execd: Execd) -> None:
     assert status == 200 and body == {"ok": True, "version": body["version"], "shell_alive": True}
 
 
+@pytest.mark.parametrize("token", ["wrong-token", TOKEN + "x", TOKEN[:-1]])
+def test_health_with_a_token_checks_it_so_a_caller_knows_its_own_sandbox(
+    execd: Execd, token: str
+) -> None:
+    """A reused address (a dead sandbox's port or pod IP, now another's) must not look
+    healthy to the holder of the first sandbox's token."""
+    status, body = execd.client(token=token).request("GET", "/health")
+    assert status == 401 and body["error"] == "unauthorized"
+    status, body = execd.client(token=TOKEN).request("GET", "/health")
+    assert status == 200 and body["ok"] is True
+
+
 @pytest.mark.parametrize("token", [None, "wrong-token", TOKEN + "x", "", TOKEN[:-1]])
 def test_every_other_route_answers_401_without_the_right_token(
     execd: Execd, tmp_path, token

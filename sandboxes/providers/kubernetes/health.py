@@ -5,6 +5,8 @@ execd client (``sandboxes.execd_client``) over one session shared by every pod, 
 the provider's loop at first use and closed by ``close``.
 
 Rules a reader must not break:
+* The sandbox's token is sent, and execd answers 401 to a wrong one: a pod IP reused by
+  another sandbox's pod is not healthy for this one.
 * A health check answers True or False, never raises: any ``ExecdError`` - a transport
   error, an error status, or an answer of a shape ``execd.protocol`` does not declare - is
   False (the caller retries within its budget, or refuses the warm pod). Only a declared

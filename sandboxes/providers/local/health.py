@@ -7,6 +7,8 @@ request on an open connection instead of a connect (through the egress relay: a 
 thread and an upstream connect inside the sandbox).
 
 Rules a reader must not break:
+* A check that is given the sandbox's token sends it, and execd answers 401 to a wrong
+  one: a dead sandbox's port reused by another sandbox's execd is not healthy.
 * A health check answers True or False, never raises: a transport error, a timeout, an
   error status or an answer of a shape ``execd.protocol`` does not declare is False; only
   a declared ``{ok, version, shell_alive}`` answer with ``ok`` true is True.
@@ -33,10 +35,12 @@ class ExecdHealth:
         self._timeout_s = timeout_s
         self._session = SharedSession()
 
-    async def check(self, name: str, address: str) -> bool:
+    async def check(self, name: str, address: str, token: str = "") -> bool:
+        """``token`` (the sandbox's, when the caller has it) makes execd check who answers:
+        another sandbox now at a reused address answers 401, so False."""
         try:
             execd = ExecdClient(
-                address, "", session=await self._session.get(), timeout_s=self._timeout_s
+                address, token, session=await self._session.get(), timeout_s=self._timeout_s
             )
             return (await execd.health()).ok
         except (ExecdError, ValueError) as exc:

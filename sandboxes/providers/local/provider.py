@@ -367,7 +367,7 @@ class LocalProvider:
         return await self._readiness.wait_ready(handle, budget_s)
 
     async def health(self, handle: Handle, address: str, token: str) -> bool:
-        return await self._execd.check(handle.name, address)
+        return await self._execd.check(handle.name, address, token)
 
     # --- destroy, list, close -------------------------------------------------------------
 

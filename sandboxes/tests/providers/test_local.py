@@ -388,6 +388,19 @@ async def test_a_name_held_by_another_nonce_is_a_conflict_and_is_left_alone(
 
 
 @pytest.mark.asyncio
+async def test_a_health_check_with_the_sandboxs_token_fails_on_another_sandbox_at_its_address(
+    plain: LocalProvider,
+) -> None:
+    """A dead sandbox's port can be reused by another sandbox's execd: the check sends the
+    sandbox's token, and the other execd refuses it, so it is not taken for healthy."""
+    spec_a, handle_a, info_a = await _start(plain, "sb-mine")
+    spec_b, handle_b, info_b = await _start(plain, "sb-other")
+    assert await plain.health(handle_a, info_a.address, spec_a.token) is True
+    assert await plain.health(handle_a, info_b.address, spec_a.token) is False
+    assert await plain.health(handle_b, info_b.address, spec_b.token) is True
+
+
+@pytest.mark.asyncio
 async def test_a_cancelled_create_settles_and_is_then_destroyed(
     cleanup_root: Path, images_dir: Path
 ) -> None:
