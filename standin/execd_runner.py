@@ -151,7 +151,10 @@ class ExecdRunner:
         return True
 
     async def _spawn(self, launch: Launch, directory: Path) -> asyncio.subprocess.Process:
-        stderr = open(directory / f"{launch.name}.stderr", "ab")  # noqa: SIM115 - closed below
+        try:
+            stderr = open(directory / f"{launch.name}.stderr", "ab")  # noqa: SIM115 - closed below
+        except OSError as exc:  # the pod was stopped (its directory removed) while starting
+            raise ExecdStartError(f"StartError: {launch.name}: {exc}") from exc
         try:
             return await asyncio.create_subprocess_exec(
                 *launch.argv,
@@ -183,7 +186,8 @@ class ExecdRunner:
         finally:
             self._booting.pop(key, None)
         if proc.returncode != 0:
-            err = (directory / f"{launch.name}.stderr").read_bytes()[-2000:]
+            path = directory / f"{launch.name}.stderr"
+            err = path.read_bytes()[-2000:] if path.exists() else b"(the pod was stopped)"
             raise ExecdStartError(
                 f"Init:Error: {launch.name} exited with code {proc.returncode}: "
                 + err.decode(errors="replace")
