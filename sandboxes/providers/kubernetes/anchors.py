@@ -29,6 +29,7 @@ from sandboxes.providers.kubernetes.config import (
     TRANSPORT_ERRORS,
     KubernetesConfig,
     describe,
+    job_ids_named,
 )
 from sandboxes.providers.kubernetes.deleter import Unconfirmed, delete_object
 from sandman_site.errors import ProviderError
@@ -140,13 +141,7 @@ class Anchors:
             )
         except (ApiException, *TRANSPORT_ERRORS) as exc:
             raise ProviderError(f"listing Sandman's anchors failed: {describe(exc)}") from exc
-        job_ids = []
-        for item in found.items:
-            meta = item.metadata or client.V1ObjectMeta()
-            job = (meta.labels or {}).get(L.JOB, "")
-            if job.isdigit() and meta.name == anchor_name(int(job)):
-                job_ids.append(int(job))
-        return sorted(job_ids)
+        return job_ids_named(found.items, anchor_name)
 
     async def delete_anchor(self, job_id: int) -> None:
         """Delete the job's anchor; the garbage collector then deletes every pod it owns."""

@@ -11,6 +11,7 @@ Rules a reader must not break:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,3 +123,15 @@ def build_api_client(config: KubernetesConfig, *, host: str | None = None) -> cl
     # Our own retry rules apply (a create is never blindly re-sent); urllib3 retries none.
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def job_ids_named(items: list[Any], name_of: Callable[[int], str]) -> list[int]:
+    """Job ids of listed per-job objects (anchors, key Secrets): the ``L.JOB`` label of each
+    object whose name is the one ``name_of(job_id)`` gives, sorted."""
+    job_ids = []
+    for item in items:
+        meta = item.metadata or client.V1ObjectMeta()
+        job = (meta.labels or {}).get(L.JOB, "")
+        if job.isdigit() and meta.name == name_of(int(job)):
+            job_ids.append(int(job))
+    return sorted(job_ids)

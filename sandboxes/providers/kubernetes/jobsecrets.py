@@ -32,6 +32,7 @@ from sandboxes.providers.kubernetes.config import (
     TRANSPORT_ERRORS,
     KubernetesConfig,
     describe,
+    job_ids_named,
 )
 from sandboxes.providers.kubernetes.retry import RetryPolicy
 from sandman_site.errors import ProviderError
@@ -138,13 +139,7 @@ class JobSecrets:
             )
         except (ApiException, *TRANSPORT_ERRORS) as exc:
             raise ProviderError(f"listing Sandman's job secrets failed: {describe(exc)}") from exc
-        job_ids = []
-        for item in found.items:
-            meta = item.metadata or client.V1ObjectMeta()
-            job = (meta.labels or {}).get(L.JOB, "")
-            if job.isdigit() and meta.name == secret_name(int(job)):
-                job_ids.append(int(job))
-        return sorted(job_ids)
+        return job_ids_named(found.items, secret_name)
 
     async def delete(self, job_id: int) -> None:
         """Delete the job's Secret (gone already counts); retried, then a ProviderError."""
