@@ -17,7 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, ExpressionWrapper, F, FloatField, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Greatest, Least
 
 from sandboxes.critical_path import (
@@ -73,7 +83,13 @@ def _trajectory_ids(job_id: int, steps: list[LearnerStep], lo: float, hi: float)
             "pk", flat=True
         )
     )
-    before = job_rows.filter(end__lt=lo).order_by("slot", "-end").distinct("slot")
+    # The last trajectory of each slot that ended before the range (whose end may have freed
+    # the slot a traced trajectory took). A correlated subquery, not DISTINCT ON: SQLite is
+    # the embedded default and has no DISTINCT ON.
+    latest = (
+        job_rows.filter(end__lt=lo, slot=OuterRef("slot")).order_by("-end", "-pk").values("pk")[:1]
+    )
+    before = job_rows.filter(end__lt=lo, pk=Subquery(latest))
     ids.update(before.values_list("pk", flat=True))
     loaded = job_rows.filter(pk__in=ids)
     known = set(loaded.values_list("trainer_id", flat=True))
