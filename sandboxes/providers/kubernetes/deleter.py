@@ -239,7 +239,10 @@ class PodDeleter:
 
     async def _attempt(self, entry: PendingDelete) -> tuple[str, str]:
         """One try: DELETE, or a read first if the pod is Terminating or an earlier DELETE
-        of it went unanswered (it may have been applied: no second DELETE then); (how, uid)."""
+        of it went unanswered (it may have been applied: no second DELETE then); (how, uid).
+        A pod the watch already saw deleted is gone without any request."""
+        if entry.uid and self._was_gone(entry.uid):
+            return "gone", entry.uid
         held = self._pending.get(entry.name)
         unanswered = bool(entry.last_error or (held is not None and held.last_error))
         terminating = self._known_terminating(entry) or unanswered

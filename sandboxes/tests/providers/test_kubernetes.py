@@ -452,14 +452,16 @@ async def test_a_delete_whose_reply_is_lost_is_confirmed_by_the_retry(
 async def test_a_delete_that_times_out_is_retried_until_confirmed(
     make_cluster: MakeCluster, make_provider: MakeProvider, plan: str
 ) -> None:
-    """Table A21, window 21: the delete times out (applied or not); the retry confirms it."""
+    """Table A21, window 21: the delete times out (applied or not); the retry confirms it.
+    A DELETE that was not applied is sent again after a read finds the pod; one that was
+    applied is not sent again (the read, or the pod's DELETED watch event, shows it gone)."""
     cluster = make_cluster(nodes=1)
     provider = make_provider(cluster, request_timeout_s=0.5)
     handle = await provider.create(spec("sb-1"))
     cluster.plans.add("delete", plan)
     await provider.destroy(handle)
     assert cluster.pods(NS) == [] and provider.pending_deletes() == []
-    assert counts(cluster, "delete") == 2
+    assert counts(cluster, "delete") == (2 if plan == "hang_not_applied" else 1)
 
 
 @pytest.mark.asyncio
