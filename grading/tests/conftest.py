@@ -9,6 +9,10 @@ controller's ``AcquireResult``.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +63,24 @@ def sandboxes(grading_controller, grading_job, repo: hs.TaskRepo):
         )
 
     return acquire
+
+
+@pytest.fixture(scope="module")
+def sample_images() -> Iterator[Path]:
+    """The sample task set's images, built once per module under /tmp (sandbox-readable)."""
+    from grading import samples
+
+    root = Path(tempfile.mkdtemp(prefix="sandman-sample-images-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    samples.build_all(root)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def sample_controller(make_controller, sandbox_root: Path, sample_images: Path, settings):  # noqa: F811
+    """A started controller whose provider resolves ``sandman-sample/NAME`` images."""
+    from grading.tests.sample_support import sample_provider
+
+    settings.SANDMAN_IMAGES_DIR = sample_images
+    return make_controller(provider=sample_provider(sandbox_root, sample_images))

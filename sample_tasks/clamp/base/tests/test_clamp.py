@@ -1,0 +1,5 @@
+from clamp import clamp
+
+
+def test_inside():
+    assert clamp(5, 0, 10) == 5

@@ -1,0 +1,6 @@
+"""Slugs for titles: lower-case words joined by '-'."""
+
+
+def slugify(title: str) -> str:
+    words = title.lower().split(" ")
+    return "-".join(words)

@@ -1,0 +1,5 @@
+from temperature import c_to_f
+
+
+def test_returns_a_float():
+    assert isinstance(c_to_f(1.0), float)
