@@ -3,7 +3,8 @@
 Tasks never change once stored (a grading must be reproducible from its task), so the task
 admin is read-only but for the "retire" action, which goes through ``task_retire`` (the one
 transition service). Captures and gradings are read-only audit records (a verdict is written
-by the grading runner only). Task sets are editable groups.
+by the grading runner only). Task sets are editable groups. Certifications are read-only
+records (every preflight verdict, the configuration hash, the chain), written by preflight.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from grading.models import Grading, PatchCapture, Task, TaskSet
+from grading.models import Certification, Grading, PatchCapture, Task, TaskSet
 from grading.services import task_retire
 from grading.states import TASK_TERMINAL
 
@@ -97,7 +98,20 @@ class ReasonFilter(admin.SimpleListFilter):
 @admin.register(Grading)
 class GradingAdmin(ReadOnlyAdmin):
     list_display = ("id", "task", "job", "state", "verdict", "reason", "created_at")
-    list_filter = ("verdict", "state", ReasonFilter, "job")
+    list_filter = ("verdict", "state", ReasonFilter, "preflight_kind", "job")
     search_fields = ("task__instance_id", "patch_sha256")
     ordering = ("-created_at",)
     list_select_related = ("task", "job")
+
+
+@admin.register(Certification)
+class CertificationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "task_set", "job", "state", "admitted_count", "config_hash", "created_at")
+    list_filter = ("state", "task_set", "job")
+    search_fields = ("task_set__name", "config_hash", "chain")
+    ordering = ("-created_at",)
+    list_select_related = ("task_set", "job")
+
+    @admin.display(description="admitted")
+    def admitted_count(self, obj: Certification) -> str:
+        return f"{len(obj.admitted)} of {len(obj.results)}"

@@ -27,3 +27,11 @@ class CaptureFailed(SandmanError):
 
     code = "capture_failed"
     status = 502
+
+
+class NotCertified(SandmanError):
+    """A grading names a task set without a certification matching the job's configuration
+    (or one that did not admit the task); the detail says what differs."""
+
+    code = "not_certified"
+    status = 409

@@ -14,7 +14,13 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from grading.states import GradingState, TaskState, VerdictChoice
+from grading.states import (
+    CertificationState,
+    GradingState,
+    PreflightKind,
+    TaskState,
+    VerdictChoice,
+)
 
 # Suite time limit when a task does not give one: 1,800 s (a SWE-bench suite), NOT execd's
 # 300 s default for a single command.
@@ -161,6 +167,12 @@ class Grading(models.Model):
     attempts = models.JSONField(default=list)
     max_attempts = models.PositiveSmallIntegerField(default=3)
     runner = models.CharField(max_length=200, blank=True)
+    # A preflight grading belongs to a certification and grades the reference or the empty
+    # patch; a trainer's grading has neither.
+    certification = models.ForeignKey(
+        "Certification", on_delete=models.PROTECT, null=True, blank=True, related_name="gradings"
+    )
+    preflight_kind = models.CharField(max_length=16, choices=PreflightKind.choices, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -182,3 +194,44 @@ class Grading(models.Model):
 
     def __str__(self) -> str:
         return f"grading {self.pk} of {self.task_id}"
+
+
+class Certification(models.Model):
+    """A task set's preflight under one job's grading configuration (§4.3, Appendix H).
+
+    Rules a reader must not break: ``config`` / ``config_hash`` are the job's grading
+    configuration when preflight started (``grading.certify.job_grading_config``);
+    ``results`` holds, per task, EVERY preflight verdict (grading id, kind, verdict, reason),
+    the task's digest and whether it was admitted; ``chain`` is the SHA-256 chain over the
+    admitted tasks' digests in ``instance_id`` order, set once when the state becomes
+    ``done``. Only ``grading.services`` writes it.
+    """
+
+    task_set = models.ForeignKey(TaskSet, on_delete=models.PROTECT, related_name="certifications")
+    job = models.ForeignKey(
+        "sandboxes.Job", on_delete=models.PROTECT, related_name="certifications"
+    )
+    state = models.CharField(
+        max_length=16, choices=CertificationState.choices, default=CertificationState.RUNNING
+    )
+    config = models.JSONField(help_text="the job's grading configuration that was certified")
+    config_hash = models.CharField(max_length=64)
+    results = models.JSONField(default=dict, help_text="per instance_id: verdicts, admitted")
+    admitted = models.JSONField(default=list, help_text="admitted instance_ids, in order")
+    chain = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="sandman_certifications",
+        null=True,
+        blank=True,
+    )
+    created_at = models.DateTimeField()
+    state_changed_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["task_set", "config_hash", "state"])]
+
+    def __str__(self) -> str:
+        return f"certification {self.pk} of {self.task_set_id}"

@@ -64,8 +64,11 @@ class GradingRunner:
         lease_margin_s: float = 600.0,
         poll_interval_s: float = 1.0,
         name: str | None = None,
+        certification_id: int | None = None,
     ) -> None:
         self.controller = controller
+        # Only this certification's preflight gradings (``manage.py preflight``), if given.
+        self.certification_id = certification_id
         self.clock = clock
         self.acquire_timeout_s = acquire_timeout_s
         self.lease_margin_s = lease_margin_s
@@ -106,9 +109,16 @@ class GradingRunner:
 
     # --- one grading ----------------------------------------------------------------------
     def run_once(self) -> bool:
-        """Claim one grading and run it to a verdict; False if none was waiting."""
+        """Claim one grading and run it to a verdict; False if none was waiting.
+
+        Running certifications are advanced first, so a finished preflight grading's
+        successor is queued before the claim looks (``grading.services.certifications``)."""
+        services.certification_advance_running(now=self.clock())
         grading = services.grading_claim(
-            runner=self.name, now=self.clock(), lease_s=self._lease_s_for(None)
+            runner=self.name,
+            now=self.clock(),
+            lease_s=self._lease_s_for(None),
+            certification_id=self.certification_id,
         )
         if grading is None:
             return False

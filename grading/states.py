@@ -53,3 +53,28 @@ class VerdictChoice(models.TextChoices):
     RESOLVED = "resolved", "resolved"
     UNRESOLVED = "unresolved", "unresolved"
     NO_VERDICT = "no_verdict", "no verdict"
+
+
+class CertificationState(models.TextChoices):
+    # running: preflight gradings are queued or running; done: every task of the set was
+    # admitted or rejected and the chain over the admitted tasks is stored.
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+
+
+CERTIFICATION_TERMINAL = frozenset({CertificationState.DONE})
+CERTIFICATION_TRANSITIONS: dict[str, frozenset[str]] = {
+    CertificationState.RUNNING: frozenset({CertificationState.DONE}),
+    CertificationState.DONE: frozenset(),
+}
+CERTIFICATION_COLOURS = {
+    CertificationState.RUNNING: "#2186eb",
+    CertificationState.DONE: "#3ebd93",
+}
+
+
+class PreflightKind(models.TextChoices):
+    """Which patch a preflight grading grades: the task's reference fix, or nothing."""
+
+    REFERENCE = "reference", "reference patch"
+    EMPTY = "empty", "empty patch"

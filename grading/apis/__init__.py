@@ -1,8 +1,10 @@
 """The grading app's REST views: ``tasks`` (tasks, task sets), ``gradings`` (capture,
-gradings); ``fields`` holds the bounded serializer fields both use."""
+gradings), ``certifications`` (preflight, certifications); ``fields`` holds the bounded
+serializer fields they use."""
 
 from __future__ import annotations
 
+from grading.apis.certifications import CertificationDetailApi, TaskSetPreflightApi
 from grading.apis.gradings import GradingCreateApi, GradingDetailApi, SandboxCaptureApi
 from grading.apis.tasks import (
     TaskCollectionApi,
@@ -13,6 +15,8 @@ from grading.apis.tasks import (
 )
 
 __all__ = [
+    "CertificationDetailApi",
+    "TaskSetPreflightApi",
     "GradingCreateApi",
     "GradingDetailApi",
     "SandboxCaptureApi",

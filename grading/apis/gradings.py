@@ -89,6 +89,11 @@ class GradingCreateApi(JsonApiView):
         suites = serializers.ListField(
             child=StrictCharField(max_length=64), required=False, min_length=1, max_length=20
         )
+        task_set = serializers.IntegerField(
+            min_value=1,
+            required=False,
+            help_text="grade for this task set: it must be certified for the job (else 409)",
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             if ("patch" in attrs) == ("capture_id" in attrs):
@@ -111,8 +116,12 @@ class GradingCreateApi(JsonApiView):
             capture = selectors.capture_get_for_user(
                 user=request.user, capture_id=body["capture_id"]
             )
+        task_set = None
+        if "task_set" in body:
+            task_set = selectors.task_set_get(task_set_id=body["task_set"])
         grading = services.grading_create(
             job=job,
+            task_set=task_set,
             task=task,
             patch=body.get("patch", ""),
             capture=capture,

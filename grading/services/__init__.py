@@ -6,6 +6,11 @@ its verdict. Callers import from here.
 
 from __future__ import annotations
 
+from grading.services.certifications import (
+    certification_advance,
+    certification_advance_running,
+    certification_start,
+)
 from grading.services.gradings import (
     grading_attempt_failed,
     grading_attempt_probed,
@@ -25,6 +30,9 @@ from grading.services.tasks import (
 )
 
 __all__ = [
+    "certification_advance",
+    "certification_advance_running",
+    "certification_start",
     "TASK_FIELDS",
     "grading_attempt_failed",
     "grading_attempt_probed",

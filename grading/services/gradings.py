@@ -19,6 +19,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+from grading import selectors
 from grading.harness import HarnessResult, sha256_text
 from grading.models import Grading, PatchCapture, Task
 from grading.states import GRADING_TRANSITIONS, GradingState, TaskState
@@ -48,12 +49,27 @@ def grading_create(
     created_by: Any,
     now: dt.datetime,
     max_attempts: int = 3,
+    certification: Any = None,
+    preflight_kind: str = "",
+    task_set: Any = None,
 ) -> Grading:
-    """Store a queued grading (a runner takes it from the database; nothing runs here)."""
+    """Store a queued grading (a runner takes it from the database; nothing runs here).
+
+    ``certification`` / ``preflight_kind``: a preflight grading (``grading.services.
+    certifications``), which the job's certification check does not gate. ``task_set``: the
+    grading is for that set, so a finished certification of it matching the job's
+    configuration must have admitted the task (``NotCertified``, 409, says what differs)."""
     if job.state != JobState.ACTIVE:
         raise JobNotActive(f"job {job.pk} is {job.state}; it takes no new gradings.")
     if task.state != TaskState.ACTIVE:
         raise InvalidTransition(f"task {task.instance_id!r} is retired; it takes no gradings.")
+    if task_set is not None:
+        selectors.certification_for_grading(
+            task_set=task_set,
+            task=task,
+            config=selectors.job_config(job),
+            task_digest=selectors.task_digest_of(task),
+        )
     if capture is not None:
         if capture.task_id != task.pk or capture.job_id != job.pk:
             raise InvalidInput(f"capture {capture.pk} is not of this job and task.")
@@ -73,22 +89,30 @@ def grading_create(
         patch_sha256=sha256_text(patch),
         suites=[by_name[name] for name in names],
         max_attempts=max_attempts,
+        certification=certification,
+        preflight_kind=preflight_kind,
         created_by=created_by,
         created_at=now,
         state_changed_at=now,
     )
 
 
-def grading_claim(*, runner: str, now: dt.datetime, lease_s: float) -> Grading | None:
-    """Take the oldest queued grading, or a running one whose runner's lease ran out.
+def grading_claim(
+    *, runner: str, now: dt.datetime, lease_s: float, certification_id: int | None = None
+) -> Grading | None:
+    """Take the oldest queued grading, or a running one whose runner's lease ran out
+    (only ``certification_id``'s preflight gradings when given).
 
     A taken-over grading had an attempt nobody will finish: it is recorded ``lost``; if
     that used the last attempt the grading ends ``no_verdict`` and the next is looked for.
     """
+    scope = Grading.objects.all()
+    if certification_id is not None:
+        scope = scope.filter(certification_id=certification_id)
     while True:
         with transaction.atomic():
             grading = (
-                Grading.objects.select_for_update(skip_locked=True)
+                scope.select_for_update(skip_locked=True)
                 .filter(
                     Q(state=GradingState.QUEUED)
                     | Q(state=GradingState.RUNNING, lease_until__lt=now)

@@ -69,3 +69,28 @@ def test_gradings_are_listed_filtered_by_verdict_reason_and_job_and_read_only(ad
         assert admin_client.get(f"/admin/grading/grading/?{query}").status_code == 200
     page = admin_client.get(f"/admin/grading/grading/{grading.pk}/change/")
     assert page.status_code == 200 and b"Save" not in page.content
+
+
+def test_certifications_are_listed_and_shown_read_only(admin_client):
+    from grading.models import Certification
+    from sandboxes.tests.api_support import make_job, make_user
+
+    task = _task()
+    group = services.task_set_create(
+        created_by=None, now=timezone.now(), name="set-1", instance_ids=[task.instance_id]
+    )
+    job = make_job(make_user("trainer")[0])
+    cert = services.certification_start(
+        task_set=group, job=job, created_by=None, now=timezone.now()
+    )
+    assert Certification.objects.count() == 1
+    listing = admin_client.get("/admin/grading/certification/?state__exact=running")
+    assert (
+        listing.status_code == 200 and b"set-1" in listing.content and b"0 of 1" in listing.content
+    )
+    page = admin_client.get(f"/admin/grading/certification/{cert.pk}/change/")
+    assert page.status_code == 200 and b"Save" not in page.content
+    assert cert.config_hash.encode() in page.content
+    assert admin_client.get("/admin/grading/certification/add/").status_code == 403
+    filtered = admin_client.get("/admin/grading/grading/?preflight_kind__exact=reference")
+    assert filtered.status_code == 200
