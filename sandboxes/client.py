@@ -480,10 +480,14 @@ class Job:
         patch: str | None = None,
         capture_id: int | None = None,
         suites: list[str] | None = None,
+        task_set: int | None = None,
     ) -> Grading:
-        """Queue a grading of ``patch`` (or a stored capture) on ``task``; ``wait()`` on it."""
+        """Queue a grading of ``patch`` (or a stored capture) on ``task``; ``wait()`` on it.
+
+        With ``task_set`` the service grades only if that set's certification matches this
+        job's configuration and admitted the task (a 409 ``not_certified`` otherwise)."""
         body = {"job": self.id, "task": task, "patch": patch, "capture_id": capture_id}
-        body["suites"] = suites
+        body["suites"], body["task_set"] = suites, task_set
         answer = self.client._call(
             "POST", "/api/v1/gradings/", {k: v for k, v in body.items() if v is not None}
         )

@@ -12,6 +12,9 @@ The job it registers is drained at the end unless ``--keep-job``, so a loop of d
 runs does not pile up warm pods. With ``--learner-steps N`` it also simulates a learner
 (``sandboxes.learner_sim``: fixed slots, groups, retried failures), reports its
 trajectories and steps, ending now, and prints the critical-path shares Sandman computed.
+With ``--grade-samples`` it also grades the shipped sample task set (``sample_tasks/``,
+imported and built by ``manage.py sample_tasks --import``): each task's reference patch and
+the normal task's empty patch, through ``grade()``/``wait()``, and prints the verdicts.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from grading import samples
 from sandboxes.client import Client, Job, SandmanClientError
 from sandboxes.learner_sim import LearnerShape, simulate
 
@@ -129,6 +133,13 @@ class Command(BaseCommand):
             "--learner-steps", type=int, default=0, help="simulated learner steps to report"
         )
         parser.add_argument("--learner-scale", type=float, default=1.0, help="phase time scale")
+        parser.add_argument(
+            "--grade-samples",
+            nargs="?",
+            const="all",
+            default="",
+            help="also grade the sample task set: 'all' or names (slugs,clamp,...)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         rollouts, concurrency = opts["rollouts"], opts["concurrency"]
@@ -150,6 +161,8 @@ class Command(BaseCommand):
             results = self._run(job, rollouts, concurrency, opts["image"], spec)
             if opts["learner_steps"] > 0:
                 self._learner(job, opts["learner_steps"], opts["learner_scale"])
+            if opts["grade_samples"]:
+                self._grade_samples(job, opts["grade_samples"])
             if not opts["keep_job"]:
                 job.drain()
         except SandmanClientError as exc:
@@ -193,6 +206,28 @@ class Command(BaseCommand):
             f"trajectories={len(run.trajectories)} waiting_share={path['waiting_share']:.3f} "
             f"{shares}"
         )
+
+    def _grade_samples(self, job: Job, which: str) -> None:
+        """Grade each chosen sample task's reference patch and the first one's empty patch;
+        print each verdict and a summary line."""
+        names = samples.NAMES if which == "all" else tuple(which.split(","))
+        wanted = {f"sandman-sample__{name}-1" for name in names}
+        lines = [line for line in samples.shipped_lines() if line["instance_id"] in wanted]
+        if len(lines) != len(wanted):
+            raise CommandError(f"--grade-samples: unknown sample in {which!r} ({samples.NAMES})")
+        queued = [
+            (line["instance_id"], job.grade(task=line["instance_id"], patch=line["patch"]))
+            for line in lines
+        ]
+        first = lines[0]["instance_id"]
+        queued.append((f"{first} (empty patch)", job.grade(task=first, patch="")))
+        counts: dict[str, int] = {}
+        for name, grading in queued:
+            data = grading.wait(timeout_s=900).data
+            counts[data["verdict"]] = counts.get(data["verdict"], 0) + 1
+            self.stdout.write(f"  graded {name}: {data['verdict']} ({data['reason'][:80]})")
+        summary = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        self.stdout.write(f"demo_grading job={job.id} gradings={len(queued)} {summary}")
 
     def _summary(self, job: Job, results: list[RolloutResult]) -> None:
         ok = [r for r in results if r.ok]
