@@ -9,6 +9,9 @@ Rules a reader must not break:
   its stored gradings (``grading.certify.next_step``); it runs with the certification row
   locked, so two runners never queue the same next grading. A restart loses nothing: the
   next advance finds the same gradings.
+* An advance never raises for one task: a next grading that cannot be queued (the job was
+  drained, the task retired) rejects that task with the reason, so the runner that calls
+  it keeps grading everything else.
 * ``results[instance_id]`` keeps every verdict (grading id, kind, verdict, reason); the
   chain is written once, when every task is decided (state ``done``).
 """
@@ -31,7 +34,7 @@ from grading.states import (
     TaskState,
 )
 from sandboxes.states import JobState
-from sandman_site.errors import InvalidInput, InvalidTransition, JobNotActive
+from sandman_site.errors import InvalidInput, InvalidTransition, JobNotActive, SandmanError
 
 
 def certification_start(
@@ -109,10 +112,15 @@ def certification_advance(*, certification_id: int, now: dt.datetime) -> Certifi
             if any(g.state != GradingState.DONE for g in mine):
                 continue  # a grading of this task is still queued or running
             step = certify.next_step(result["verdicts"])
-            if step.grade is not None:
-                _queue(cert, mine[0].task, step.grade, now)
-            else:
+            if step.grade is None:
                 result["admitted"], result["reason"] = step.admitted, step.reason
+                continue
+            try:
+                with transaction.atomic():
+                    _queue(cert, mine[0].task, step.grade, now)
+            except SandmanError as exc:  # the job was drained or the task retired meanwhile
+                result["admitted"] = False
+                result["reason"] = f"preflight could not grade it again: {exc.message}"
         if all(r["admitted"] is not None for r in cert.results.values()):
             _finish(cert, now)
         cert.save(

@@ -141,3 +141,25 @@ def test_preflight_bad_requests_store_nothing(sample_controller, tasks, grader):
     )
     assert response.status_code == 400 and "no active task" in response.json()["detail"]
     assert Certification.objects.count() == 0 and Grading.objects.count() == 0
+
+
+def test_a_task_retired_mid_preflight_is_rejected_and_the_runner_keeps_going(
+    sample_controller, tasks, grader
+):
+    from django.utils import timezone
+
+    from grading import services
+
+    job = make_job(grader[0], egress="deny")
+    group = _set("retiring", "slugs")
+    cert = services.certification_start(
+        task_set=group, job=job, created_by=None, now=timezone.now()
+    )
+    runner = GradingRunner(controller=sample_controller, acquire_timeout_s=60)
+    assert runner.run_once() is True  # the first reference grading
+    services.task_retire(task=tasks["slugs"], now=timezone.now())
+    results = _run_until_done(runner, cert.pk)
+    result = results["sandman-sample__slugs-1"]
+    assert result["admitted"] is False
+    assert result["reason"].startswith("preflight could not grade it again")
+    assert [v["verdict"] for v in result["verdicts"]] == ["resolved"]
