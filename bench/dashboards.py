@@ -162,20 +162,8 @@ def main() -> None:
     )
     jobs = {"training": last_job, "busiest": busiest}
     baseline = _timed(client, "/healthz", args.repeat)
-    results = {}
-    for name, url in _views(client, jobs):
-        results[name] = _timed(client, url, args.repeat)
-        print(f"{results[name]['max_s']:7.3f} s  {name}", flush=True)
-    auth = {"HTTP_AUTHORIZATION": f"Token {token}"}
-    now = time.time()
-    for name, query in (("whole job", ""), ("last hour", f"?from={now - 3600}&to={now}")):
-        url = f"/api/v1/jobs/{last_job}/critical-path/{query}"
-        results[f"api critical-path {name}"] = _timed(client, url, args.repeat, **auth)
-        print(f"{results[f'api critical-path {name}']['max_s']:7.3f} s  critical-path {name}")
-    slowest = max(results.items(), key=lambda kv: kv[1]["max_s"])
-    report = {
-        "benchmark": "dashboards",
-        "target": {"every_view_max_s": TARGET_S},
+    results: dict[str, Any] = {}
+    context = {
         "seed": {
             "sandboxes": args.sandboxes,
             "trajectories": args.trajectories,
@@ -184,21 +172,47 @@ def main() -> None:
         "rows": _counts(),
         "jobs": {**jobs, "total": Job.objects.count()},
         "baseline_healthz": baseline,
-        "views": results,
+        "server": _server(),
+        "repeat": args.repeat,
+        "load_before": load_before,
+    }
+    auth = {"HTTP_AUTHORIZATION": f"Token {token}"}
+    now = time.time()
+    views = [(name, url, {}) for name, url in _views(client, jobs)]
+    for name, query in (("whole job", ""), ("last hour", f"?from={now - 3600}&to={now}")):
+        url = f"/api/v1/jobs/{last_job}/critical-path/{query}"
+        views.insert(0, (f"api critical-path {name}", url, auth))
+    for name, url, extra in views:
+        results[name] = _timed(client, url, args.repeat, **extra)
+        print(f"{results[name]['max_s']:7.3f} s  {name}", flush=True)
+        _write(args, context, results, complete=False)  # partial results survive a stop
+    _write(args, context, results, complete=True)
+
+
+def _write(
+    args: argparse.Namespace, context: dict[str, Any], results: dict[str, Any], complete: bool
+) -> None:
+    slowest = max(results.items(), key=lambda kv: kv[1]["max_s"])
+    report = {
+        "benchmark": "dashboards",
+        "complete": complete,
+        "target": {"every_view_max_s": TARGET_S},
+        **{k: v for k, v in context.items() if k != "load_before"},
         "summary": {
             "views": len(results),
             "within_target": sum(r["within_target"] for r in results.values()),
             "slowest": {"view": slowest[0], "max_s": slowest[1]["max_s"]},
         },
-        "server": _server(),
-        "load_average": {"before": load_before, "after": os.getloadavg()},
-        "repeat": args.repeat,
+        "views": results,
+        "load_average": {"before": context["load_before"], "now": os.getloadavg()},
         "command": "python scripts/with_postgres.py -- python bench/dashboards.py "
-        f"--sandboxes {args.sandboxes} --trajectories {args.trajectories}",
+        f"--sandboxes {args.sandboxes} --trajectories {args.trajectories} "
+        f"--repeat {args.repeat}",
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(json.dumps(report["summary"]), f"seed {seed_s:.1f} s")
+    if complete:
+        print(json.dumps(report["summary"]))
 
 
 if __name__ == "__main__":

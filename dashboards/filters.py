@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from django.db.models import Exists, OuterRef, QuerySet
@@ -62,6 +62,15 @@ class ChartFilter:
     top: int = DEFAULT_TOP
     # True when the range came as from/to (kept in links instead of ``minutes``).
     fixed_range: bool = False
+    # Reads several charts of one request share (e.g. the training page's attributions),
+    # kept for as long as this filter lives: one request, since each request parses its own.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def remember(self, key: str, compute: Callable[[], R]) -> R:
+        """``compute()`` once per filter (per request); later charts reuse the answer."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     def sandboxes(self, qs: Q, *, prefix: str = "") -> Q:
         """Sandbox rows (or rows reached through ``prefix``, e.g. ``"sandbox__"``) in scope."""

@@ -25,6 +25,10 @@ TOP_JOBS = DEFAULT_TOP
 
 def shown_jobs(flt: ChartFilter) -> list[tuple[int, str]]:
     """The filter's top N jobs by steps inside the window, most steps first; one query."""
+    return flt.remember("training.shown_jobs", lambda: _shown_jobs(flt))
+
+
+def _shown_jobs(flt: ChartFilter) -> list[tuple[int, str]]:
     lo, hi = flt.window.since.timestamp(), flt.window.until.timestamp()
     top = (
         flt.job_rows(LearnerStep.objects.filter(wait_start__gte=lo, train_end__lte=hi))

@@ -46,6 +46,11 @@ def _ended_in(flt: ChartFilter, job_ids: Sequence[int]) -> QuerySet[Trajectory]:
 
 
 def _trajectory_sums(flt: ChartFilter, job_ids: Sequence[int]) -> dict[Key, dict[str, Any]]:
+    """Per (job, bucket): attempts, consumed, seconds and failed seconds (once per request)."""
+    return flt.remember("training_time.sums", lambda: _sum_trajectories(flt, job_ids))
+
+
+def _sum_trajectories(flt: ChartFilter, job_ids: Sequence[int]) -> dict[Key, dict[str, Any]]:
     rows = (
         _ended_in(flt, job_ids)
         .order_by()
@@ -63,6 +68,10 @@ def _trajectory_sums(flt: ChartFilter, job_ids: Sequence[int]) -> dict[Key, dict
 
 def _acquisition_sums(flt: ChartFilter, job_ids: Sequence[int]) -> dict[Key, float]:
     """Trainer-timed acquisition phases summed; Sandman-timed ones once per (start, end)."""
+    return flt.remember("training_time.acquisition", lambda: _sum_acquisition(flt, job_ids))
+
+
+def _sum_acquisition(flt: ChartFilter, job_ids: Sequence[int]) -> dict[Key, float]:
     phases = TrajectoryPhase.objects.filter(
         trajectory__in=_ended_in(flt, job_ids), kind__in=_ACQUISITION
     ).annotate(
