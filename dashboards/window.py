@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from sandman_site.errors import InvalidInput
 
 # Bucket widths (seconds) the time-series charts may use: about 60 points per window.
-BUCKET_LADDER_S = (10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800)
+_HOURS = (3600, 7200, 10800, 21600, 43200, 86400)
+BUCKET_LADDER_S = (10, 15, 30, 60, 120, 300, 600, 900, 1800, *_HOURS)
 MAX_POINTS = 60
 DEFAULT_MINUTES = 60
-MAX_MINUTES = 7 * 24 * 60
+MAX_MINUTES = 31 * 24 * 60  # a month of records (issue 11)
 WINDOW_CHOICES = (15, 60, 360, 1440)
 
 
@@ -38,9 +39,16 @@ def window_ending(*, now: dt.datetime, minutes: int) -> Window:
     """The last ``minutes`` before ``now``, with the smallest ladder bucket giving ≤60 points."""
     if minutes < 1:
         raise ValueError("a window is at least one minute")
-    span_s = minutes * 60
+    return window_between(since=now - dt.timedelta(minutes=minutes), until=now)
+
+
+def window_between(*, since: dt.datetime, until: dt.datetime) -> Window:
+    """``[since, until)`` with the smallest ladder bucket giving ≤60 points."""
+    span_s = (until - since).total_seconds()
+    if span_s < 60:
+        raise ValueError("a window is at least one minute")
     bucket_s = next((b for b in BUCKET_LADDER_S if span_s / b <= MAX_POINTS), BUCKET_LADDER_S[-1])
-    return Window(since=now - dt.timedelta(minutes=minutes), until=now, bucket_s=bucket_s)
+    return Window(since=since, until=until, bucket_s=bucket_s)
 
 
 def parse_minutes(raw: str | None) -> int:

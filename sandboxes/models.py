@@ -12,6 +12,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Coalesce
 
 from sandboxes.states import (
     AcquisitionOutcome,
@@ -123,6 +124,10 @@ class Sandbox(models.Model):
             models.Index(fields=["ready_at"]),
             models.Index(fields=["requested_at"]),
             models.Index(fields=["backend", "state"]),
+            # The operations page buckets by "scheduled, else requested" (issue 11 item 6).
+            models.Index(
+                Coalesce("scheduled_at", "requested_at"), name="sandbox_scheduled_or_requested"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -175,6 +180,8 @@ class Acquisition(models.Model):
             models.Index(fields=["job", "started_at"]),
             models.Index(fields=["outcome", "started_at"]),
             models.Index(fields=["started_at"]),
+            # The dashboards window acquisitions by when they finished (issue 11 item 6).
+            models.Index(fields=["finished_at"]),
         ]
 
 
@@ -242,7 +249,12 @@ class Trajectory(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job", "trainer_id"], name="trajectory_job_trainer_id")
         ]
-        indexes = [models.Index(fields=["job", "end"]), models.Index(fields=["job", "group"])]
+        indexes = [
+            models.Index(fields=["job", "end"]),
+            models.Index(fields=["job", "group"]),
+            # The last occupant of each slot before a range: one index probe per slot.
+            models.Index(fields=["job", "slot", "end"]),
+        ]
 
 
 class TrajectoryPhase(models.Model):

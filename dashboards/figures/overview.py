@@ -218,7 +218,7 @@ def wait_figure(rows: Sequence[WaitBucket], *, window: Window | None = None) -> 
 
 def warm_hits_figure(rows: Sequence[WarmHits]) -> Figure:
     """Acquisitions per job by source (stacked), with the warm-hit rate on a second axis."""
-    x = [f"{r.job_name} (#{r.job_id})" for r in rows]
+    x = [r.job_name if r.job_id is None else f"{r.job_name} (#{r.job_id})" for r in rows]
     traces: list[Any] = [
         go.Bar(
             name=name,

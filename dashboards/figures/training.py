@@ -3,7 +3,8 @@
 Same invariants as ``figures.operations`` (both use ``figures.layout``): every trace is
 always present, empty when there is no data (one trace per critical-path category, in
 :data:`sandboxes.critical_path.CATEGORIES` order, so the page can address them by
-position); time axes are UTC; ``uirevision`` is constant. No Django here.
+position); the charts over time draw one line per shown job (none: one empty line); time
+axes are UTC; ``uirevision`` is constant. No Django here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from dashboards.figures.layout import (
     utc_label,
     value_axis,
 )
-from dashboards.rows.training import JobEstimate, JobPathShares, StepShares
+from dashboards.rows.training import (
+    EstimateBucket,
+    JobEstimate,
+    JobPathShares,
+    StepShares,
+    WaitingShareBucket,
+)
 from dashboards.window import Window
 from sandboxes.critical_path import CATEGORIES
 
@@ -139,5 +146,68 @@ def estimate_figure(rows: Sequence[JobEstimate]) -> Figure:
             "rangemode": "tozero",
             "showgrid": False,
         },
+    )
+    return to_figure(data, layout)
+
+
+def _by_job(rows: Sequence[WaitingShareBucket] | Sequence[EstimateBucket]) -> dict[str, list]:
+    lines: dict[str, list] = {}
+    for row in rows:
+        lines.setdefault(_job_label(row.job_id, row.job_name), []).append(row)
+    return lines
+
+
+def waiting_share_figure(rows: Sequence[WaitingShareBucket], *, window: Window | None) -> Figure:
+    """Waiting share over time: one line per shown job, by bucket of trajectory end."""
+    data = [
+        go.Scatter(
+            name=label,
+            mode="lines+markers",
+            x=[utc_label(r.bucket_start) for r in mine],
+            y=[None if r.waiting_share is None else round(r.waiting_share * 100, 3) for r in mine],
+            hovertemplate="%{y:.1f}%<extra>" + label + "</extra>",
+        )
+        for label, mine in _by_job(rows).items()
+    ] or [go.Scatter(name="waiting share", x=[], y=[], mode="lines")]
+    layout = chart_layout(
+        empty=not rows,
+        hovermode="closest",
+        xaxis=time_axis(window),
+        yaxis=value_axis("acquisition over trajectory time (%)"),
+    )
+    return to_figure(data, layout)
+
+
+def estimate_time_figure(rows: Sequence[EstimateBucket], *, window: Window | None) -> Figure:
+    """Measured mean step interval (solid) and Little's-law estimate (dashed) per job."""
+    data = []
+    for label, mine in _by_job(rows).items():
+        x = [utc_label(r.bucket_start) for r in mine]
+        data.append(
+            go.Scatter(
+                name=f"{label} measured",
+                legendgroup=label,
+                mode="lines+markers",
+                x=x,
+                y=[r.measured_interval_s for r in mine],
+            )
+        )
+        data.append(
+            go.Scatter(
+                name=f"{label} Little's law (estimate)",
+                legendgroup=label,
+                mode="lines",
+                line={"dash": "dash"},
+                x=x,
+                y=[r.estimated_interval_s for r in mine],
+            )
+        )
+    if not data:
+        data = [go.Scatter(name="measured", x=[], y=[], mode="lines")]
+    layout = chart_layout(
+        empty=not rows,
+        hovermode="closest",
+        xaxis=time_axis(window),
+        yaxis=value_axis("step interval (s)"),
     )
     return to_figure(data, layout)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dashboards.access import operator_data, operator_page
 from dashboards.figures import operations as figures
+from dashboards.filters import ChartFilter
 from dashboards.pages.charts import Chart, ChartPage, ChartTable
 from dashboards.rows.operations import (
     AddressFailureRow,
@@ -19,24 +20,23 @@ from dashboards.rows.operations import (
     address_failure_table,
 )
 from dashboards.selectors import operations as sel
-from dashboards.window import Window
 
 DATA_URL = "/operations/data/"
 
 
-def _address_failures(window: Window) -> ChartTable:
-    per_minute = sel.address_failures_per_minute(window=window)
-    by_load = sel.address_failures_by_node_load(window=window)
-    figure = figures.address_failures_figure(per_minute, by_load, window=window)
+def _address_failures(flt: ChartFilter) -> ChartTable:
+    per_minute = sel.address_failures_per_minute(flt)
+    by_load = sel.address_failures_by_node_load(flt)
+    figure = figures.address_failures_figure(per_minute, by_load, window=flt.window)
     return figure, AddressFailureRow.TABLE, address_failure_table(per_minute, by_load)
 
 
-def _warm_use(window: Window) -> ChartTable:
-    rows = sel.warm_use_by_job_key(window=window)
+def _warm_use(flt: ChartFilter) -> ChartTable:
+    rows = sel.warm_use_by_job_key(flt)
     return figures.warm_use_figure(rows), WarmKey.TABLE, rows
 
 
-def _incident_hours(window: Window) -> ChartTable:
+def _incident_hours(flt: ChartFilter) -> ChartTable:
     rows = sel.incident_gpu_hours_by_class()
     return figures.incident_hours_figure(rows), IncidentClassHours.TABLE, rows
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dashboards.access import operator_data, operator_page
 from dashboards.figures import overview as figures
+from dashboards.filters import ChartFilter
 from dashboards.pages.charts import Chart, ChartPage, ChartTable
 from dashboards.rows.overview import (
     CreateRate,
@@ -22,45 +23,44 @@ from dashboards.rows.overview import (
     WarmHits,
 )
 from dashboards.selectors import overview as sel
-from dashboards.window import Window
 from sandboxes.states import SANDBOX_COLOURS
 
 DATA_URL = "/dashboard/data/"
 
 
-def _states(window: Window) -> ChartTable:
-    rows = sel.live_sandboxes_by_state()
+def _states(flt: ChartFilter) -> ChartTable:
+    rows = sel.live_sandboxes_by_state(flt)
     colours = {str(k): v for k, v in SANDBOX_COLOURS.items()}
     return figures.states_figure(rows, colours=colours), StateCount.TABLE, rows
 
 
-def _creates(window: Window) -> ChartTable:
-    rows = sel.creates_per_bucket(window=window)
-    return figures.creates_figure(rows, window=window), CreateRate.TABLE, rows
+def _creates(flt: ChartFilter) -> ChartTable:
+    rows = sel.creates_per_bucket(flt)
+    return figures.creates_figure(rows, window=flt.window), CreateRate.TABLE, rows
 
 
-def _acquire_wait(window: Window) -> ChartTable:
-    rows = sel.acquisition_wait_over_time(window=window)
-    return figures.wait_figure(rows, window=window), WaitBucket.TABLE, rows
+def _acquire_wait(flt: ChartFilter) -> ChartTable:
+    rows = sel.acquisition_wait_over_time(flt)
+    return figures.wait_figure(rows, window=flt.window), WaitBucket.TABLE, rows
 
 
-def _ready_time(window: Window) -> ChartTable:
-    rows = sel.ready_time_over_time(window=window)
-    return figures.ready_time_figure(rows, window=window), LatencyBucket.TABLE, rows
+def _ready_time(flt: ChartFilter) -> ChartTable:
+    rows = sel.ready_time_over_time(flt)
+    return figures.ready_time_figure(rows, window=flt.window), LatencyBucket.TABLE, rows
 
 
-def _ready_hist(window: Window) -> ChartTable:
-    rows = sel.ready_time_histogram(window=window)
+def _ready_hist(flt: ChartFilter) -> ChartTable:
+    rows = sel.ready_time_histogram(flt)
     return figures.ready_histogram_figure(rows), HistogramBin.TABLE, rows
 
 
-def _ready_split(window: Window) -> ChartTable:
-    rows = sel.ready_time_by_image(window=window)
+def _ready_split(flt: ChartFilter) -> ChartTable:
+    rows = sel.ready_time_by_image(flt)
     return figures.ready_split_figure(rows), ImageSplit.TABLE, rows
 
 
-def _warm_hits(window: Window) -> ChartTable:
-    rows = sel.warm_hits_by_job(window=window)
+def _warm_hits(flt: ChartFilter) -> ChartTable:
+    rows = sel.warm_hits_by_job(flt)
     return figures.warm_hits_figure(rows), WarmHits.TABLE, rows
 
 

@@ -62,7 +62,7 @@ class AddressFailureLoad:
 class WarmKey:
     """Warm-pool use of one (job, key): hit rate of its acquisitions and idle warm time."""
 
-    job_id: int
+    job_id: int | None  # None: the "others" row (the (job, key) pairs beyond the top N)
     job_name: str
     key_hash: str
     hits: int
@@ -86,6 +86,8 @@ class WarmKey:
 
     @property
     def label(self) -> str:
+        if self.job_id is None:
+            return self.job_name
         return f"{self.job_name} (#{self.job_id}) · {self.key_hash[:8]}"
 
 

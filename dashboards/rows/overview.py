@@ -106,7 +106,7 @@ class WarmHits:
     never-used prewarmed pod) or ``reused`` (a checked-reuse grading pod).
     """
 
-    job_id: int
+    job_id: int | None  # None: the "others" row (the jobs beyond the top N)
     job_name: str
     warm: int
     reused: int

@@ -71,3 +71,53 @@ class JobEstimate:
         "waiting_share",
         "caveat",
     )
+
+
+@dataclass(frozen=True)
+class WaitingShareBucket:
+    """One job's waiting share in one bucket: acquisition over trajectory time of the
+    trajectories that ended in it (each Sandman acquisition counted once)."""
+
+    job_id: int
+    job_name: str
+    bucket_start: dt.datetime
+    trajectories: int
+    trajectory_s: float
+    acquisition_s: float
+    TABLE: ClassVar[tuple[str, ...]] = (
+        "job_id",
+        "job_name",
+        "bucket_start",
+        "trajectories",
+        "trajectory_s",
+        "acquisition_s",
+        "waiting_share",
+    )
+
+    @property
+    def waiting_share(self) -> float | None:
+        return self.acquisition_s / self.trajectory_s if self.trajectory_s > 0 else None
+
+
+@dataclass(frozen=True)
+class EstimateBucket:
+    """One job's measured mean step interval and Little's-law estimate in one bucket."""
+
+    job_id: int
+    job_name: str
+    bucket_start: dt.datetime
+    steps: int
+    measured_interval_s: float | None
+    estimated_interval_s: float | None
+    f: float | None
+    caveat: str
+    TABLE: ClassVar[tuple[str, ...]] = (
+        "job_id",
+        "job_name",
+        "bucket_start",
+        "steps",
+        "measured_interval_s",
+        "estimated_interval_s",
+        "f",
+        "caveat",
+    )

@@ -2,7 +2,8 @@
 
 Rules a reader must not break (as in ``selectors.overview``): aggregate in the database,
 Python only converts the one row per group it gets back; no N+1; time is a parameter (the
-:class:`~dashboards.window.Window` and its ``until`` stand for "now").
+:class:`~dashboards.filters.ChartFilter`'s window and its ``until`` stand for "now"); the
+filter's jobs and backend narrow every query in SQL, per-job rows are its top N + "others".
 
 Definitions (shown on the page too):
 
@@ -27,6 +28,8 @@ Definitions (shown on the page too):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db.models import (
     Count,
     DateTimeField,
@@ -39,6 +42,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Greatest, Least
 
+from dashboards.filters import OTHERS, ChartFilter, top_with_others
 from dashboards.rows.operations import (
     AddressFailureBucket,
     AddressFailureLoad,
@@ -58,19 +62,20 @@ HIT_SOURCES = (SandboxSource.WARM, SandboxSource.REUSED)
 WARM_SOURCES = ("", SandboxSource.WARM)
 
 
-def _scheduled_in(window: Window) -> QuerySet[Sandbox]:
+def _scheduled_in(flt: ChartFilter) -> QuerySet[Sandbox]:
+    window = flt.window
     return (
-        Sandbox.objects.order_by()
+        flt.sandboxes(Sandbox.objects.order_by())
         .annotate(op_at=Coalesce(F("scheduled_at"), F("requested_at")))
         .filter(op_at__gte=window.since, op_at__lt=window.until)
     )
 
 
-def address_failures_per_minute(*, window: Window) -> list[AddressFailureBucket]:
+def address_failures_per_minute(flt: ChartFilter) -> list[AddressFailureBucket]:
     """Address failures per bucket of ``scheduled_at`` (else ``requested_at``); one query."""
-    bucket_s = int(window.bucket_s)
+    bucket_s = int(flt.window.bucket_s)
     rows = (
-        _scheduled_in(window)
+        _scheduled_in(flt)
         .annotate(op_bucket=FloorDiv(EpochMs(F("op_at")), bucket_s * 1000))
         .values("op_bucket")
         .annotate(
@@ -93,15 +98,16 @@ def address_failures_per_minute(*, window: Window) -> list[AddressFailureBucket]
     ]
 
 
-def address_failures_by_node_load(*, window: Window) -> list[AddressFailureLoad]:
+def address_failures_by_node_load(flt: ChartFilter) -> list[AddressFailureLoad]:
     """Address failures per sandbox, grouped by the (approximate) load of its node.
 
     Load = sandboxes on the same node requested in the same window bucket (module doc).
     One query: the per-sandbox load is a window function, the outer query groups by it.
     """
+    window = flt.window
     bucket_s = int(window.bucket_s)
     inner = (
-        Sandbox.objects.order_by()
+        flt.sandboxes(Sandbox.objects.order_by())
         .filter(requested_at__gte=window.since, requested_at__lt=window.until)
         .exclude(node="")
         .annotate(op_bucket=FloorDiv(EpochMs(F("requested_at")), bucket_s * 1000))
@@ -132,20 +138,39 @@ def _idle_ms(window: Window) -> DurationMs:
     return DurationMs(end, Greatest(F("ready_at"), since))
 
 
-def warm_use_by_job_key(*, window: Window) -> list[WarmKey]:
-    """Warm-hit rate and idle warm pod-hours per (job, key); two grouped queries."""
+def _merge_warm_keys(rows: Sequence[WarmKey]) -> WarmKey:
+    return WarmKey(
+        job_id=None,
+        job_name=f"{OTHERS} ({len(rows)} job keys)",
+        key_hash="",
+        hits=sum(r.hits for r in rows),
+        acquisitions=sum(r.acquisitions for r in rows),
+        warm_pods=sum(r.warm_pods for r in rows),
+        idle_pod_hours=sum(r.idle_pod_hours for r in rows),
+    )
+
+
+def warm_use_by_job_key(flt: ChartFilter) -> list[WarmKey]:
+    """Warm-hit rate and idle warm pod-hours per (job, key); two grouped queries.
+
+    The filter's top N (job, key) pairs by acquisitions plus warm pods, the rest as "others".
+    """
+    window = flt.window
     hits = (
-        Acquisition.objects.filter(
-            outcome=AcquisitionOutcome.OK,
-            finished_at__gte=window.since,
-            finished_at__lt=window.until,
+        flt.acquisitions(
+            Acquisition.objects.filter(
+                outcome=AcquisitionOutcome.OK,
+                finished_at__gte=window.since,
+                finished_at__lt=window.until,
+            )
         )
         .order_by()
         .values("job_id", "job__name", "key_hash")
         .annotate(op_hits=Count("pk", filter=Q(source__in=HIT_SOURCES)), op_n=Count("pk"))
     )
     idle = (
-        Sandbox.objects.filter(
+        flt.sandboxes(Sandbox.objects.all())
+        .filter(
             source__in=WARM_SOURCES,
             ready_at__isnull=False,
             ready_at__lt=window.until,
@@ -174,7 +199,7 @@ def warm_use_by_job_key(*, window: Window) -> list[WarmKey]:
         entry = merged.setdefault((row["job_id"], row["key_hash"]), {"job_name": row["job__name"]})
         entry["warm_pods"] = row["op_pods"]
         entry["idle_pod_hours"] = (row["op_idle"] or 0.0) / _MS_PER_HOUR
-    return [
+    per_key = [
         WarmKey(
             job_id=job_id,
             job_name=entry["job_name"],
@@ -186,6 +211,12 @@ def warm_use_by_job_key(*, window: Window) -> list[WarmKey]:
         )
         for (job_id, key_hash), entry in sorted(merged.items())
     ]
+    return top_with_others(
+        per_key,
+        top=flt.top,
+        volume=lambda r: r.acquisitions + r.warm_pods,
+        merge=_merge_warm_keys,
+    )
 
 
 def incident_gpu_hours_by_class() -> list[IncidentClassHours]:

@@ -4,8 +4,10 @@ Rules a reader must not break:
 * Aggregate in the database (``dashboards.sql``): counts, buckets and percentiles are
   computed by SQL; Python only converts the one row per bucket or group it gets back.
   No per-row Python loops, no N+1 (job names come with the same query).
-* Time is a parameter: every function takes a :class:`~dashboards.window.Window`
-  built by the caller from its own ``now``; nothing here reads the clock.
+* Time is a parameter: every function takes a :class:`~dashboards.filters.ChartFilter`
+  (its window built by the caller from its own ``now``); nothing here reads the clock. The
+  filter's jobs and backend narrow every query in SQL; per-job rows are cut to its top N
+  plus "others".
 * Definitions (shown on the page too):
   - a *create* is a sandbox row, counted at ``requested_at``;
   - *create-to-Ready* is ``ready_at - requested_at`` of sandboxes Ready inside the window
@@ -18,9 +20,11 @@ Rules a reader must not break:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from django.db.models import Case, CharField, Count, F, Max, Q, QuerySet, Value, When
 
+from dashboards.filters import OTHERS, ChartFilter, top_with_others
 from dashboards.rows.overview import (
     CreateRate,
     HistogramBin,
@@ -38,7 +42,7 @@ from dashboards.sql import (
     raw_rows,
 )
 from dashboards.stats import nice_step
-from dashboards.window import Window, bucket_start
+from dashboards.window import bucket_start
 from sandboxes.models import Acquisition, Sandbox
 from sandboxes.states import SANDBOX_LIVE, AcquisitionOutcome, SandboxSource, SandboxState
 
@@ -49,21 +53,23 @@ HISTOGRAM_MAX_BINS = 40
 LIVE_STATE_ORDER = tuple(s for s in SandboxState if s in SANDBOX_LIVE)
 
 
-def live_sandboxes_by_state() -> list[StateCount]:
-    """Sandboxes holding (or about to hold) a backend resource, per state; zeros included."""
-    counts = dict(
-        Sandbox.objects.filter(state__in=LIVE_STATE_ORDER)
-        .order_by()
-        .values_list("state")
-        .annotate(n=Count("pk"))
-    )
+def live_sandboxes_by_state(flt: ChartFilter | None = None) -> list[StateCount]:
+    """Sandboxes holding (or about to hold) a backend resource, per state; zeros included.
+
+    Now, not windowed: the filter's jobs and backend apply, its time range does not."""
+    live = Sandbox.objects.filter(state__in=LIVE_STATE_ORDER)
+    if flt is not None:
+        live = flt.sandboxes(live)
+    counts = dict(live.order_by().values_list("state").annotate(n=Count("pk")))
     return [StateCount(state=str(state), count=counts.get(state, 0)) for state in LIVE_STATE_ORDER]
 
 
-def creates_per_bucket(*, window: Window) -> list[CreateRate]:
+def creates_per_bucket(flt: ChartFilter) -> list[CreateRate]:
     """Creates per bucket: total, mean per second, and the busiest second (burst peak)."""
+    window = flt.window
     per_second = (
-        Sandbox.objects.filter(requested_at__gte=window.since, requested_at__lt=window.until)
+        flt.sandboxes(Sandbox.objects.all())
+        .filter(requested_at__gte=window.since, requested_at__lt=window.until)
         .order_by()
         .annotate(dash_sec=epoch_bucket("requested_at", 1))
         .values("dash_sec")
@@ -88,20 +94,21 @@ def creates_per_bucket(*, window: Window) -> list[CreateRate]:
     ]
 
 
-def _ready_in(window: Window) -> QuerySet[Sandbox]:
-    return Sandbox.objects.filter(ready_at__gte=window.since, ready_at__lt=window.until).filter(
-        ready_at__gte=F("requested_at")
-    )
+def _ready_in(flt: ChartFilter) -> QuerySet[Sandbox]:
+    window = flt.window
+    ready = Sandbox.objects.filter(ready_at__gte=window.since, ready_at__lt=window.until)
+    return flt.sandboxes(ready).filter(ready_at__gte=F("requested_at"))
 
 
 def _create_to_ready() -> DurationMs:
     return DurationMs(F("ready_at"), F("requested_at"))
 
 
-def ready_time_over_time(*, window: Window) -> list[LatencyBucket]:
+def ready_time_over_time(flt: ChartFilter) -> list[LatencyBucket]:
     """Create-to-Ready p50/p90/p99 per bucket of ``ready_at``."""
+    window = flt.window
     groups = grouped_percentiles(
-        _ready_in(window),
+        _ready_in(flt),
         group=epoch_bucket("ready_at", window.bucket_s),
         value=_create_to_ready(),
         fractions=LATENCY_FRACTIONS,
@@ -127,10 +134,10 @@ def _image_class() -> Case:
     )
 
 
-def ready_time_by_image(*, window: Window) -> list[ImageSplit]:
+def ready_time_by_image(flt: ChartFilter) -> list[ImageSplit]:
     """Create-to-Ready percentiles split by image already on the node vs pulled."""
     groups = grouped_percentiles(
-        _ready_in(window),
+        _ready_in(flt),
         group=_image_class(),
         value=_create_to_ready(),
         fractions=LATENCY_FRACTIONS,
@@ -151,13 +158,13 @@ def ready_time_by_image(*, window: Window) -> list[ImageSplit]:
 
 
 def ready_time_histogram(
-    *, window: Window, max_bins: int = HISTOGRAM_MAX_BINS
+    flt: ChartFilter, *, max_bins: int = HISTOGRAM_MAX_BINS
 ) -> list[HistogramBin]:
     """Create-to-Ready counts in equal 1-2-5 bins (at most ``max_bins``), by image class.
 
     Two queries: the longest duration (to size the bins), then the counts per bin.
     """
-    qs = _ready_in(window)
+    qs = _ready_in(flt)
     longest = qs.aggregate(longest=Max(_create_to_ready()))["longest"]
     if longest is None:
         return []
@@ -184,13 +191,14 @@ def ready_time_histogram(
     ]
 
 
-def acquisition_wait_over_time(*, window: Window) -> list[WaitBucket]:
+def acquisition_wait_over_time(flt: ChartFilter) -> list[WaitBucket]:
     """Acquisition wait (queue included) and pacer-queue p50/p99 per bucket of ``finished_at``.
 
     Two queries: a NULL ``queue_ms`` must not drop the row from the wait percentiles.
     """
-    finished = Acquisition.objects.filter(
-        finished_at__gte=window.since, finished_at__lt=window.until
+    window = flt.window
+    finished = flt.acquisitions(
+        Acquisition.objects.filter(finished_at__gte=window.since, finished_at__lt=window.until)
     )
     group = epoch_bucket("finished_at", window.bucket_s)
     waits = grouped_percentiles(finished, group=group, value=F("wait_ms"), fractions=WAIT_FRACTIONS)
@@ -216,13 +224,28 @@ def acquisition_wait_over_time(*, window: Window) -> list[WaitBucket]:
     return rows
 
 
-def warm_hits_by_job(*, window: Window) -> list[WarmHits]:
-    """Successful acquisitions finished in the window, per job, by source; one query."""
+def _merge_warm_hits(rows: Sequence[WarmHits]) -> WarmHits:
+    return WarmHits(
+        job_id=None,
+        job_name=f"{OTHERS} ({len(rows)} jobs)",
+        warm=sum(r.warm for r in rows),
+        reused=sum(r.reused for r in rows),
+        created=sum(r.created for r in rows),
+    )
+
+
+def warm_hits_by_job(flt: ChartFilter) -> list[WarmHits]:
+    """Successful acquisitions finished in the window, per job, by source; one query.
+
+    The filter's top N jobs by acquisitions, the rest summed into one "others" row."""
+    window = flt.window
     rows = (
-        Acquisition.objects.filter(
-            outcome=AcquisitionOutcome.OK,
-            finished_at__gte=window.since,
-            finished_at__lt=window.until,
+        flt.acquisitions(
+            Acquisition.objects.filter(
+                outcome=AcquisitionOutcome.OK,
+                finished_at__gte=window.since,
+                finished_at__lt=window.until,
+            )
         )
         .order_by()
         .values("job_id", "job__name")
@@ -233,7 +256,7 @@ def warm_hits_by_job(*, window: Window) -> list[WarmHits]:
         )
         .order_by("job_id")
     )
-    return [
+    per_job = [
         WarmHits(
             job_id=row["job_id"],
             job_name=row["job__name"],
@@ -243,3 +266,9 @@ def warm_hits_by_job(*, window: Window) -> list[WarmHits]:
         )
         for row in rows
     ]
+    return top_with_others(
+        per_job,
+        top=flt.top,
+        volume=lambda r: r.warm + r.reused + r.created,
+        merge=_merge_warm_hits,
+    )

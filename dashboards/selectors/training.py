@@ -1,10 +1,11 @@
 """Reads behind the training page (``/training/``): critical-path shares, steps, estimates.
 
-Rules a reader must not break: the jobs shown are the ``TOP_JOBS`` with most steps ending
-in the window (one aggregate query); each is attributed by
+Rules a reader must not break: the jobs shown are the filter's top N (``ChartFilter.top``,
+default 8) with most steps in the window among the jobs and backend it selects (one
+aggregate query, :func:`shown_jobs`); each is attributed by
 ``sandboxes.training_selectors.critical_path`` (the pure Appendix J module underneath),
 bounded to the window, so the cost grows with the jobs shown, never with all jobs. Time is
-a parameter (the :class:`~dashboards.window.Window`).
+a parameter (the :class:`~dashboards.filters.ChartFilter`'s window).
 """
 
 from __future__ import annotations
@@ -13,29 +14,37 @@ import datetime as dt
 
 from django.db.models import Count
 
+from dashboards.filters import DEFAULT_TOP, ChartFilter
 from dashboards.rows.training import JobEstimate, JobPathShares, StepShares
-from dashboards.window import Window
 from sandboxes.critical_path import LITTLE_CAVEAT
 from sandboxes.models import LearnerStep
 from sandboxes.training_selectors import CriticalPath, critical_path
 
-TOP_JOBS = 8
+TOP_JOBS = DEFAULT_TOP
 
 
-def _paths(window: Window) -> list[tuple[int, str, CriticalPath]]:
-    lo, hi = window.since.timestamp(), window.until.timestamp()
+def shown_jobs(flt: ChartFilter) -> list[tuple[int, str]]:
+    """The filter's top N jobs by steps inside the window, most steps first; one query."""
+    return flt.remember("training.shown_jobs", lambda: _shown_jobs(flt))
+
+
+def _shown_jobs(flt: ChartFilter) -> list[tuple[int, str]]:
+    lo, hi = flt.window.since.timestamp(), flt.window.until.timestamp()
     top = (
-        LearnerStep.objects.filter(wait_start__gte=lo, train_end__lte=hi)
+        flt.job_rows(LearnerStep.objects.filter(wait_start__gte=lo, train_end__lte=hi))
         .values("job_id", "job__name")
         .annotate(steps=Count("pk"))
-        .order_by("-steps", "job_id")[:TOP_JOBS]
+        .order_by("-steps", "job_id")[: flt.top]
     )
-    return [
-        (row["job_id"], row["job__name"], critical_path(row["job_id"], lo=lo, hi=hi)) for row in top
-    ]
+    return [(row["job_id"], row["job__name"]) for row in top]
 
 
-def job_shares(*, window: Window) -> list[JobPathShares]:
+def _paths(flt: ChartFilter) -> list[tuple[int, str, CriticalPath]]:
+    lo, hi = flt.window.since.timestamp(), flt.window.until.timestamp()
+    return [(job_id, name, critical_path(job_id, lo=lo, hi=hi)) for job_id, name in shown_jobs(flt)]
+
+
+def job_shares(flt: ChartFilter) -> list[JobPathShares]:
     """Figure 5's bars: each shown job's shares of summed step time in the window."""
     return [
         JobPathShares(
@@ -44,11 +53,11 @@ def job_shares(*, window: Window) -> list[JobPathShares]:
             steps=len(path.attribution.per_step),
             shares=dict(path.attribution.shares),
         )
-        for job_id, name, path in _paths(window)
+        for job_id, name, path in _paths(flt)
     ]
 
 
-def step_shares(*, window: Window) -> list[StepShares]:
+def step_shares(flt: ChartFilter) -> list[StepShares]:
     """Every step of the shown jobs in the window with its own shares, by end time."""
     rows = [
         StepShares(
@@ -58,16 +67,16 @@ def step_shares(*, window: Window) -> list[StepShares]:
             interval_s=step.interval,
             shares=step.shares(),
         )
-        for job_id, _, path in _paths(window)
+        for job_id, _, path in _paths(flt)
         for step in path.attribution.per_step
     ]
     return sorted(rows, key=lambda r: (r.ended_at, r.job_id, r.step))
 
 
-def job_estimates(*, window: Window) -> list[JobEstimate]:
+def job_estimates(flt: ChartFilter) -> list[JobEstimate]:
     """Little's law vs the measured mean step interval per shown job, and the waiting share."""
     out = []
-    for job_id, name, path in _paths(window):
+    for job_id, name, path in _paths(flt):
         estimate = path.estimate
         out.append(
             JobEstimate(

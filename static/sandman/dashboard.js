@@ -22,6 +22,8 @@
   var payloads = JSON.parse(dataNode.textContent);
   var body = document.body;
   var minutes = body.getAttribute("data-minutes") || "60";
+  // The view's filters as a query string (dashboards/filters.py); refetches carry it.
+  var query = body.getAttribute("data-query") || ("minutes=" + encodeURIComponent(minutes));
   var bucketS = parseInt(body.getAttribute("data-bucket-s") || "60", 10);
   // Pages other than the overview (/operations/) name their data endpoints here.
   var dataUrl = body.getAttribute("data-data-url") || "/dashboard/data/";
@@ -106,7 +108,7 @@
       return;
     }
     chart.busy = true;
-    var url = dataUrl + encodeURIComponent(name) + ".json?minutes=" + encodeURIComponent(minutes);
+    var url = dataUrl + encodeURIComponent(name) + ".json?" + query;
     fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
       .then(function (response) {
         if (!response.ok) { throw new Error(name + ": HTTP " + response.status); }

@@ -1,6 +1,6 @@
 """The training page in headless Chromium against the real ASGI app (Daphne, in-process).
 
-An operator logs in; ``/training/`` draws its three charts with the locally served Plotly
+An operator logs in; ``/training/`` draws its five charts with the locally served Plotly
 and no console error. Then, while the page is open, a trajectory batch and a learner step
 are stored through the real ingest services in a worker thread (Playwright's running loop
 makes Django refuse ORM calls in the test's own thread); their after-commit events must
@@ -52,7 +52,7 @@ def test_training_page_draws_and_a_new_batch_moves_figure_5_without_a_reload(
     page.wait_for_function(
         "document.body.dataset.drawn === 'yes' && document.body.dataset.ws === 'open'"
     )
-    assert page.locator(".js-plotly-plot").count() == len(CHARTS) == 3
+    assert page.locator(".js-plotly-plot").count() == len(CHARTS) == 5
     for name in CHARTS:
         assert page.locator(f"#chart-{name} .main-svg").count() > 0
     assert page.evaluate(BARS.format(trace=0)) == 0

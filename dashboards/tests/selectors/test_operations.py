@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from dashboards.filters import ChartFilter
 from dashboards.selectors import operations as sel
 from dashboards.tests.factories import acquisition, at, make_job, sandbox
 from dashboards.window import window_ending
@@ -56,7 +57,7 @@ def _seed_address_failures() -> None:
 
 def test_address_failures_are_summed_per_minute_of_scheduling_else_request() -> None:
     _seed_address_failures()
-    rows = sel.address_failures_per_minute(window=WINDOW)
+    rows = sel.address_failures_per_minute(ChartFilter(WINDOW))
     assert [(r.bucket_start, r.sandboxes, r.address_failures) for r in rows] == [
         (at(10), 2, 2),
         (at(11), 1, 1),
@@ -67,7 +68,7 @@ def test_address_failures_are_summed_per_minute_of_scheduling_else_request() -> 
 
 def test_address_failures_by_node_load_count_sandboxes_per_node_and_bucket() -> None:
     _seed_address_failures()
-    rows = sel.address_failures_by_node_load(window=WINDOW)
+    rows = sel.address_failures_by_node_load(ChartFilter(WINDOW))
     assert [(r.node_load, r.sandboxes, r.address_failures) for r in rows] == [(1, 1, 0), (2, 2, 3)]
     assert rows[1].failures_per_sandbox == 1.5
 
@@ -82,9 +83,9 @@ def test_sandboxes_without_address_events_are_counted_unknown_not_as_zero_failur
             sandbox(job, requested_at=at(10, 6), node="n1", address_failures=None),
         ]
     )
-    (minute,) = sel.address_failures_per_minute(window=WINDOW)
+    (minute,) = sel.address_failures_per_minute(ChartFilter(WINDOW))
     assert (minute.sandboxes, minute.address_failures, minute.unknown) == (2, 3, 1)
-    (load,) = sel.address_failures_by_node_load(window=WINDOW)
+    (load,) = sel.address_failures_by_node_load(ChartFilter(WINDOW))
     assert (load.sandboxes, load.unknown, load.failures_per_sandbox) == (2, 1, 3.0)
 
 
@@ -162,7 +163,7 @@ def _seed_warm_use() -> None:
 
 def test_warm_hit_rate_and_idle_pod_hours_per_job_and_key() -> None:
     _seed_warm_use()
-    rows = {(r.job_name, r.key_hash): r for r in sel.warm_use_by_job_key(window=WINDOW)}
+    rows = {(r.job_name, r.key_hash): r for r in sel.warm_use_by_job_key(ChartFilter(WINDOW))}
     assert set(rows) == {("a", "ka"), ("b", "kb"), ("c", "kc")}
     a, b, c = rows["a", "ka"], rows["b", "kb"], rows["c", "kc"]
     assert (a.hits, a.acquisitions, a.hit_rate) == (2, 4, 0.5)
@@ -176,7 +177,7 @@ def test_warm_hit_rate_and_idle_pod_hours_per_job_and_key() -> None:
 def test_warm_use_costs_two_queries_however_many_keys() -> None:
     _seed_warm_use()
     with CaptureQueriesContext(connection) as queries:
-        sel.warm_use_by_job_key(window=WINDOW)
+        sel.warm_use_by_job_key(ChartFilter(WINDOW))
     assert len(queries) == 2
 
 

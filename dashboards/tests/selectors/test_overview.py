@@ -13,6 +13,7 @@ import pytest
 from django.db import NotSupportedError, connection
 from django.db.models import F
 
+from dashboards.filters import ChartFilter
 from dashboards.selectors import overview as sel
 from dashboards.sql import DurationMs, epoch_bucket, grouped_percentiles
 from dashboards.tests.factories import acquisition, at, make_job, sandbox
@@ -55,7 +56,7 @@ def _seed_ready_times() -> None:
 
 def test_create_to_ready_percentiles_per_bucket_match_percentile_cont() -> None:
     _seed_ready_times()
-    rows = sel.ready_time_over_time(window=WINDOW)
+    rows = sel.ready_time_over_time(ChartFilter(WINDOW))
     assert [r.bucket_start for r in rows] == [at(minutes=10), at(minutes=20), at(minutes=30)]
     hundred, single, pair = rows
     assert hundred.n == 100
@@ -73,7 +74,7 @@ def test_create_to_ready_percentiles_per_bucket_match_percentile_cont() -> None:
 
 def test_pulled_vs_present_split_gives_each_image_class_its_own_percentiles() -> None:
     _seed_ready_times()
-    split = {row.image: row for row in sel.ready_time_by_image(window=WINDOW)}
+    split = {row.image: row for row in sel.ready_time_by_image(ChartFilter(WINDOW))}
     assert set(split) == {"present", "pulled", "unknown"}
     # Present: 2, 4, …, 100 s (50 values) → p50 = 51 s.  Pulled: 1, 3, …, 99 s and 3 s.
     assert split["present"].n == 50
@@ -86,7 +87,7 @@ def test_pulled_vs_present_split_gives_each_image_class_its_own_percentiles() ->
 
 def test_histogram_bins_are_equal_and_count_every_ready_sandbox_once() -> None:
     _seed_ready_times()
-    bins = sel.ready_time_histogram(window=WINDOW, max_bins=10)
+    bins = sel.ready_time_histogram(ChartFilter(WINDOW), max_bins=10)
     # Longest 100 s over at most 10 bins → 10 s bins (1-2-5 steps).
     assert {b.width_ms for b in bins} == {10000}
     assert [b.start_ms for b in bins] == [10000 * i for i in range(11)]
@@ -97,7 +98,7 @@ def test_histogram_bins_are_equal_and_count_every_ready_sandbox_once() -> None:
 
 
 def test_histogram_of_an_empty_window_is_empty() -> None:
-    assert sel.ready_time_histogram(window=WINDOW) == []
+    assert sel.ready_time_histogram(ChartFilter(WINDOW)) == []
 
 
 def test_acquisition_wait_keeps_rows_without_a_queue_time_and_ignores_other_windows() -> None:
@@ -118,7 +119,7 @@ def test_acquisition_wait_keeps_rows_without_a_queue_time_and_ignores_other_wind
             acquisition(job, finished_at=at(minutes=61), wait_ms=5.0),  # after the window
         ]
     )
-    rows = sel.acquisition_wait_over_time(window=WINDOW)
+    rows = sel.acquisition_wait_over_time(ChartFilter(WINDOW))
     assert [r.bucket_start for r in rows] == [at(minutes=5), at(minutes=6)]
     five, six = rows
     assert five.n == 4
@@ -138,7 +139,7 @@ def test_creates_per_bucket_gives_mean_rate_and_busiest_second() -> None:
     Sandbox.objects.bulk_create(
         [sandbox(job, requested_at=t, state=SandboxState.REQUESTED) for t in times]
     )
-    rows = sel.creates_per_bucket(window=WINDOW)
+    rows = sel.creates_per_bucket(ChartFilter(WINDOW))
     assert [(r.bucket_start, r.creates, r.peak_per_s) for r in rows] == [
         (at(minutes=2), 5, 4),
         (at(minutes=3), 2, 1),
@@ -180,7 +181,7 @@ def test_warm_hits_per_job_count_successes_by_source_in_one_query(
         ]
     )
     with django_assert_num_queries(1):  # type: ignore[operator]
-        rows = sel.warm_hits_by_job(window=WINDOW)
+        rows = sel.warm_hits_by_job(ChartFilter(WINDOW))
     assert [(r.job_name, r.warm, r.reused, r.created) for r in rows] == [
         ("alpha", 3, 1, 1),
         ("beta", 0, 0, 2),
@@ -193,15 +194,15 @@ def test_query_counts_do_not_grow_with_rows(django_assert_num_queries: object) -
     """No N+1: each chart costs a fixed number of queries however many rows it reads."""
     _seed_ready_times()
     with django_assert_num_queries(1):  # type: ignore[operator]
-        sel.ready_time_over_time(window=WINDOW)
+        sel.ready_time_over_time(ChartFilter(WINDOW))
     with django_assert_num_queries(1):  # type: ignore[operator]
-        sel.ready_time_by_image(window=WINDOW)
+        sel.ready_time_by_image(ChartFilter(WINDOW))
     with django_assert_num_queries(2):  # type: ignore[operator]
-        sel.ready_time_histogram(window=WINDOW)
+        sel.ready_time_histogram(ChartFilter(WINDOW))
     with django_assert_num_queries(1):  # type: ignore[operator]
-        sel.creates_per_bucket(window=WINDOW)
+        sel.creates_per_bucket(ChartFilter(WINDOW))
     with django_assert_num_queries(2):  # type: ignore[operator]
-        sel.acquisition_wait_over_time(window=WINDOW)
+        sel.acquisition_wait_over_time(ChartFilter(WINDOW))
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PERCENTILE_CONT is PostgreSQL's")
