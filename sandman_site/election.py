@@ -4,8 +4,9 @@ Every replica of the service runs the official client's elector
 (``kubernetes.leaderelection.LeaderElection`` with its ``LeaseLock``) on one
 ``coordination.k8s.io/v1`` Lease. The replica that holds the Lease starts the controller
 (which reconciles from the database and the cluster before it counts as started) and the
-grading runner; the others serve reads, answer acquires ``503 controller_unavailable`` and
-report not ready on ``/readyz``, so the Kubernetes Service routes trainers to the leader
+grading runner, and labels its own pod ``sandman.dev/leader=true`` (:class:`LeaderMark`), which
+the trainers' Service selects; the others serve reads (pages, lists, ``/metrics``), answer
+acquires ``503 controller_unavailable`` and ``/readyz`` ``503 not_leader``
 (docs/architecture.md §4.1).
 
 Rules a reader must not break:
@@ -36,6 +37,7 @@ from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from sandboxes import labels as L
 from sandman_site.env import ConfigError
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,26 @@ class _SwitchedLock:
         return bool(self._lock.update(name, namespace, updated_record))
 
 
+class LeaderMark:
+    """The ``sandman.dev/leader=true`` label on this replica's own pod while it leads.
+
+    The trainers' Service selects it, so acquires go to the leader while every replica
+    stays Ready for reads, rollouts and the PodDisruptionBudget (the pattern of
+    CloudNativePG's primary label). A replica clears its own label before it campaigns, so
+    a restarted leader never keeps trainers' traffic.
+    """
+
+    def __init__(self, api_client: client.ApiClient, *, pod: str, namespace: str) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self.pod, self.namespace = pod, namespace
+
+    def set(self, leading: bool) -> None:
+        body = {"metadata": {"labels": {L.LEADER: "true" if leading else None}}}
+        self._core.patch_namespaced_pod(
+            self.pod, self.namespace, body, _content_type="application/merge-patch+json"
+        )
+
+
 class LeaderElector:
     """One replica's candidacy. ``on_started`` runs once this replica holds the Lease (in
     the elector's worker thread); ``leading`` turns true only after it returned.
@@ -110,9 +132,11 @@ class LeaderElector:
         api_client: client.ApiClient,
         on_started: Callable[[], None],
         on_stopped: Callable[[], None],
+        mark: LeaderMark | None = None,
     ) -> None:
         config.check()
         self.config = config
+        self._mark = mark
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._stopped = threading.Event()
@@ -145,6 +169,9 @@ class LeaderElector:
         return None if record is None else record.holder_identity
 
     def start(self) -> None:
+        """Clear this pod's leader label (a restarted leader's), then campaign."""
+        if self._mark is not None:
+            self._mark.set(False)
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="sandman-leader-election", daemon=True
@@ -170,6 +197,8 @@ class LeaderElector:
             "%s holds Lease %s/%s", self.identity, self.config.namespace, self.config.lease_name
         )
         self._on_started()
+        if self._mark is not None:
+            self._mark.set(True)
         self._leading.set()
 
     def _lost(self) -> None:

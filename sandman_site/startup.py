@@ -57,8 +57,17 @@ def election_settings(conf: Any) -> election.ElectionSettings:
 def build_elector(conf: Any, *, on_started: Any, on_stopped: Any) -> election.LeaderElector:
     """An elector on the same cluster configuration as the provider (its own client)."""
     api_client = build_api_client(config_from_settings(conf))
+    mark = None
+    if conf.SANDMAN_REPLICA_ID and conf.SANDMAN_POD_NAMESPACE:
+        mark = election.LeaderMark(
+            api_client, pod=conf.SANDMAN_REPLICA_ID, namespace=conf.SANDMAN_POD_NAMESPACE
+        )
     return election.LeaderElector(
-        election_settings(conf), api_client=api_client, on_started=on_started, on_stopped=on_stopped
+        election_settings(conf),
+        api_client=api_client,
+        on_started=on_started,
+        on_stopped=on_stopped,
+        mark=mark,
     )
 
 

@@ -168,6 +168,8 @@ SANDMAN_LEASE_RENEW_DEADLINE_S = env_int("SANDMAN_LEASE_RENEW_DEADLINE_S", 10)
 SANDMAN_LEASE_RETRY_PERIOD_S = env_int("SANDMAN_LEASE_RETRY_PERIOD_S", 2)
 # This replica's identity in the Lease (the pod name); empty: host name + random suffix.
 SANDMAN_REPLICA_ID = env_str("SANDMAN_REPLICA_ID", "")
+# With SANDMAN_REPLICA_ID = the pod name: the leader labels its own pod sandman.dev/leader.
+SANDMAN_POD_NAMESPACE = env_str("SANDMAN_POD_NAMESPACE", "")
 # Serve static files (Plotly, dashboard JS) from the ASGI app itself; turn off when a
 # reverse proxy serves STATIC_ROOT.
 SANDMAN_SERVE_STATIC = env_bool("SANDMAN_SERVE_STATIC", True)

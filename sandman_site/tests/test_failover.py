@@ -3,7 +3,9 @@
 Real processes: each replica is ``daphne sandman_site.asgi:application`` with the
 production settings, the Kubernetes backend and leader election on a short Lease (3 s,
 renew deadline 2 s, retry 1 s), against the stand-in API server (in this process, over
-HTTP). The test drives them over REST only.
+HTTP). The test drives them over REST only. The leader labels its own pod
+``sandman.dev/leader=true`` (the trainers' Service selects it); a restarted leader comes
+back as a standby and clears its label.
 
 Before the kill the leader has a sandbox in use, a released one whose DELETE the stand-in
 holds (its ``PendingDelete`` row is stored), a create the stand-in stored but has not
@@ -42,15 +44,17 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
+from sandboxes import labels as L
 from sandboxes.models import Job, PendingDelete, Sandbox
 from standin import StandinCluster
-from standin.harness.support import NS, audit, sandman_pods, wait_until
+from standin.harness.support import NS, audit, other_tenant_pod, sandman_pods, wait_until
 from standin.kubeconfig import write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "registry.example/task/swe-task:1"
 ACQUIRE = {"image": IMAGE, "spec": {"cpu": "250m", "memory": "256Mi"}, "timeout_s": 60}
 LEASE = {"SANDMAN_LEASE_DURATION_S": "3", "SANDMAN_LEASE_RENEW_DEADLINE_S": "2"}
+SERVICE_NS = "sandman"  # the replicas' own pods and the Lease; sandboxes live in NS
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("DATABASE_URL"), reason="replicas share one PostgreSQL (DATABASE_URL)"
@@ -72,11 +76,13 @@ def replica_database_url() -> str:
 class Replica:
     """One service process (Daphne) as a direct child; SIGKILL or SIGINT, always waited."""
 
-    def __init__(self, identity: str, kubeconfig: Path, log_dir: Path) -> None:
+    def __init__(
+        self, identity: str, kubeconfig: Path, log_dir: Path, *, log_name: str = ""
+    ) -> None:
         self.identity = identity
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = (log_dir / f"{identity}.log").open("w+")
+        self.log = (log_dir / f"{log_name or identity}.log").open("w+")
         env = {
             **os.environ,
             **LEASE,
@@ -90,6 +96,8 @@ class Replica:
             "SANDMAN_K8S_VERIFY_HEALTH": "false",
             "SANDMAN_LEASE_RETRY_PERIOD_S": "1",
             "SANDMAN_REPLICA_ID": identity,
+            "SANDMAN_LEASE_NAMESPACE": SERVICE_NS,
+            "SANDMAN_POD_NAMESPACE": SERVICE_NS,
             "SANDMAN_SWEEP_INTERVAL_S": "1",
             "SANDMAN_LOG_LEVEL": "WARNING",
         }
@@ -192,8 +200,18 @@ def rig(transactional_db: None) -> Iterator[dict[str, Any]]:
         cluster.stop()
 
 
+def leader_label(cluster: StandinCluster, pod: str) -> str | None:
+    return (cluster.pod(SERVICE_NS, pod) or {})["metadata"].get("labels", {}).get(L.LEADER)
+
+
+def lease_holder(cluster: StandinCluster) -> str:
+    return str(cluster.lease(SERVICE_NS, "sandman-controller")["spec"]["holderIdentity"])
+
+
 def test_the_standby_takes_over_a_sigkilled_leader_mid_burst_and_nothing_leaks_or_hangs(rig):
     cluster: StandinCluster = rig["cluster"]
+    for name in ("replica-a", "replica-b"):  # the replicas' own pods (the leader labels its)
+        cluster.put_pod(SERVICE_NS, other_tenant_pod(name, labels={"app": "sandman"}))
 
     a, b = (Replica(i, rig["kubeconfig"], rig["tmp"]) for i in ("replica-a", "replica-b"))
     rig["replicas"] += [a, b]  # started together; whichever takes the Lease first leads
@@ -204,7 +222,8 @@ def test_the_standby_takes_over_a_sigkilled_leader_mid_burst_and_nothing_leaks_o
         deadline_s=120,
     )  # fmt: skip
     wait_until(lambda: status_of(b, "/healthz") == 200, what="the standby to serve")
-    assert cluster.lease(NS, "sandman-controller")["spec"]["holderIdentity"] == a.identity
+    assert lease_holder(cluster) == a.identity
+    assert (leader_label(cluster, a.identity), leader_label(cluster, b.identity)) == ("true", None)
 
     user = get_user_model().objects.create_user(username="trainer")
     api = Api(Token.objects.create(user=user).key)
@@ -248,8 +267,11 @@ def test_the_standby_takes_over_a_sigkilled_leader_mid_burst_and_nothing_leaks_o
 
     wait_until(lambda: status_of(b, "/readyz") == 200, what="the standby to take the Lease")
     takeover_s = time.monotonic() - killed_at
-    assert cluster.lease(NS, "sandman-controller")["spec"]["holderIdentity"] == b.identity
+    assert lease_holder(cluster) == b.identity and leader_label(cluster, b.identity) == "true"
     print(f"takeover after SIGKILL: {takeover_s:.2f} s (lease 3 s, retry 1 s)")
+    # The killed leader's container restarts (same pod, same identity): a standby.
+    restarted = Replica(a.identity, rig["kubeconfig"], rig["tmp"], log_name="restarted")
+    rig["replicas"].append(restarted)
 
     # Reconciled from the database and the cluster before /readyz turned 200.
     assert Sandbox.objects.get(name=killed_create).state == "deleted"
@@ -261,6 +283,10 @@ def test_the_standby_takes_over_a_sigkilled_leader_mid_burst_and_nothing_leaks_o
     again = Burst(api, b, job["id"], 3).join(60)
     assert [o[0] for o in again] == [200, 200, 200], again
     assert audit(cluster, None, at="after the takeover").ownerless == []
+
+    wait_until(lambda: status_of(restarted, "/healthz") == 200, what="the restarted replica")
+    assert status_of(restarted, "/readyz") == 503 and leader_label(cluster, a.identity) is None
+    assert lease_holder(cluster) == b.identity
 
     assert api.call(b, "POST", f"/api/v1/jobs/{job['id']}/drain/")[0] == 202
     wait_until(
