@@ -6,6 +6,8 @@ sandman_system_packages() {
     local need=()
     command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
     command -v git >/dev/null 2>&1 || need+=(git)
+    # The live-push tests across replicas start a real Redis (Channels layer).
+    command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
     if [ "${SANDMAN_NEED_BROWSER:-1}" = "1" ]; then
         command -v chromium >/dev/null 2>&1 || need+=(chromium)
     fi

@@ -23,34 +23,25 @@ acquire ``503 controller_unavailable`` and ``/readyz`` 503 ``not_leader``.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from sandboxes import labels as L
 from sandboxes.models import Job, PendingDelete, Sandbox
+from sandman_site.testing.replicas import Api, Replica, status_of
 from standin import StandinCluster
 from standin.harness.support import NS, audit, other_tenant_pod, sandman_pods, wait_until
 from standin.kubeconfig import write_kubeconfig
 
-REPO = Path(__file__).resolve().parents[2]
 IMAGE = "registry.example/task/swe-task:1"
 ACQUIRE = {"image": IMAGE, "spec": {"cpu": "250m", "memory": "256Mi"}, "timeout_s": 60}
 LEASE = {"SANDMAN_LEASE_DURATION_S": "3", "SANDMAN_LEASE_RENEW_DEADLINE_S": "2"}
@@ -59,103 +50,6 @@ SERVICE_NS = "sandman"  # the replicas' own pods and the Lease; sandboxes live i
 pytestmark = pytest.mark.skipif(
     not os.environ.get("DATABASE_URL"), reason="replicas share one PostgreSQL (DATABASE_URL)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def replica_database_url() -> str:
-    """``DATABASE_URL`` pointed at the test database this test's rows live in."""
-    parts = urllib.parse.urlsplit(os.environ["DATABASE_URL"])
-    return urllib.parse.urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
-
-
-class Replica:
-    """One service process (Daphne) as a direct child; SIGKILL or SIGINT, always waited."""
-
-    def __init__(
-        self, identity: str, kubeconfig: Path, log_dir: Path, *, log_name: str = ""
-    ) -> None:
-        self.identity = identity
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = (log_dir / f"{log_name or identity}.log").open("w+")
-        env = {
-            **os.environ,
-            **LEASE,
-            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
-            "SANDMAN_SECRET_KEY": "failover-test-key",
-            "DATABASE_URL": replica_database_url(),
-            "SANDMAN_DB_POOL_MIN": "1",
-            "SANDMAN_BACKEND": "kubernetes",
-            "KUBECONFIG": str(kubeconfig),
-            "SANDMAN_NAMESPACE": NS,
-            "SANDMAN_K8S_VERIFY_HEALTH": "false",
-            "SANDMAN_LEASE_RETRY_PERIOD_S": "1",
-            "SANDMAN_REPLICA_ID": identity,
-            "SANDMAN_LEASE_NAMESPACE": SERVICE_NS,
-            "SANDMAN_POD_NAMESPACE": SERVICE_NS,
-            "SANDMAN_SWEEP_INTERVAL_S": "1",
-            "SANDMAN_LOG_LEVEL": "WARNING",
-        }
-        argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
-        self.proc = subprocess.Popen(
-            [sys.executable, *argv, "sandman_site.asgi:application"],
-            cwd=REPO,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()[-4000:]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
-class Api:
-    """REST calls as a trainer: JSON in, ``(status, body)`` out."""
-
-    def __init__(self, token: str) -> None:
-        self.headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
-
-    def call(self, replica: Replica, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            replica.url + path, data=data, method=method, headers=self.headers
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
-                return answer.status, json.loads(answer.read() or b"null")
-        except urllib.error.HTTPError as refused:
-            return refused.code, json.loads(refused.read() or b"null")
-
-
-def status_of(replica: Replica, path: str) -> int | None:
-    try:
-        with urllib.request.urlopen(replica.url + path, timeout=10) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as refused:
-        return int(refused.code)
-    except OSError:
-        return None  # not listening yet
 
 
 class Burst:
@@ -200,6 +94,21 @@ def rig(transactional_db: None) -> Iterator[dict[str, Any]]:
         cluster.stop()
 
 
+def replica_env(identity: str, kubeconfig: Path) -> dict[str, str]:
+    return {
+        **LEASE,
+        "SANDMAN_BACKEND": "kubernetes",
+        "KUBECONFIG": str(kubeconfig),
+        "SANDMAN_NAMESPACE": NS,
+        "SANDMAN_K8S_VERIFY_HEALTH": "false",
+        "SANDMAN_LEASE_RETRY_PERIOD_S": "1",
+        "SANDMAN_REPLICA_ID": identity,
+        "SANDMAN_LEASE_NAMESPACE": SERVICE_NS,
+        "SANDMAN_POD_NAMESPACE": SERVICE_NS,
+        "SANDMAN_SWEEP_INTERVAL_S": "1",
+    }
+
+
 def leader_label(cluster: StandinCluster, pod: str) -> str | None:
     return (cluster.pod(SERVICE_NS, pod) or {})["metadata"].get("labels", {}).get(L.LEADER)
 
@@ -213,7 +122,10 @@ def test_the_standby_takes_over_a_sigkilled_leader_mid_burst_and_nothing_leaks_o
     for name in ("replica-a", "replica-b"):  # the replicas' own pods (the leader labels its)
         cluster.put_pod(SERVICE_NS, other_tenant_pod(name, labels={"app": "sandman"}))
 
-    a, b = (Replica(i, rig["kubeconfig"], rig["tmp"]) for i in ("replica-a", "replica-b"))
+    a, b = (
+        Replica(i, replica_env(i, rig["kubeconfig"]), rig["tmp"])
+        for i in ("replica-a", "replica-b")
+    )
     rig["replicas"] += [a, b]  # started together; whichever takes the Lease first leads
     a, b = wait_until(
         lambda: (a, b) if status_of(a, "/readyz") == 200 else
@@ -270,7 +182,9 @@ def test_the_standby_takes_over_a_sigkilled_leader_mid_burst_and_nothing_leaks_o
     assert lease_holder(cluster) == b.identity and leader_label(cluster, b.identity) == "true"
     print(f"takeover after SIGKILL: {takeover_s:.2f} s (lease 3 s, retry 1 s)")
     # The killed leader's container restarts (same pod, same identity): a standby.
-    restarted = Replica(a.identity, rig["kubeconfig"], rig["tmp"], log_name="restarted")
+    restarted = Replica(
+        a.identity, replica_env(a.identity, rig["kubeconfig"]), rig["tmp"], log_name="restarted"
+    )
     rig["replicas"].append(restarted)
 
     # Reconciled from the database and the cluster before /readyz turned 200.
