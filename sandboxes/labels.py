@@ -22,3 +22,6 @@ ANCHOR_KIND = "ConfigMap"
 # --- added for the kubernetes provider and the stand-in cluster -------------------------
 # Trainer pods carry TRAINER=true; the NetworkPolicy admits traffic to execd only from them.
 TRAINER = "sandman.dev/trainer"
+# On the service's own pod while its replica holds the controller's Lease; the trainers'
+# Service selects it (docs/architecture.md §4.1).
+LEADER = "sandman.dev/leader"

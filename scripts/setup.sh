@@ -8,6 +8,8 @@ sandman_system_packages() {
     command -v git >/dev/null 2>&1 || need+=(git)
     # The sample task set's suites run the image's python3 -m pytest (grading/samples.py).
     /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)
+    # The live-push tests across replicas start a real Redis (Channels layer).
+    command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
     if [ "${SANDMAN_NEED_BROWSER:-1}" = "1" ]; then
         command -v chromium >/dev/null 2>&1 || need+=(chromium)
     fi

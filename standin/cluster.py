@@ -40,6 +40,7 @@ from standin.gates import GateRegistry
 from standin.gc import GarbageCollector
 from standin.kubeconfig import write_kubeconfig
 from standin.kubelet import Kubelet, Timings, prepare_pod
+from standin.leases import LeaseApi
 from standin.plans import PlanRegistry
 from standin.scheduler import AddressModel, NodeSpec, Scheduler, make_nodes
 from standin.server import ApiServer
@@ -231,6 +232,8 @@ class StandinCluster:
         )
         app = web.Application(client_max_size=16 * 2**20)
         self.api.routes(app)
+        self.leases = LeaseApi(now=lambda: rfc3339(self.sim.datetime()), stats=self.stats)
+        self.leases.routes(app)
         control.add_routes(app, self)
         self._runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0
@@ -281,6 +284,10 @@ class StandinCluster:
 
     def secrets(self, namespace: str | None = None) -> list[dict[str, Any]]:
         return self._call(lambda: _copy(list(self.store.items("secrets", namespace))))
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Snapshot of one coordination.k8s.io/v1 Lease (``standin/leases.py``)."""
+        return self._call(lambda: _copy(self.leases.lease(namespace, name)))
 
     def nodes(self) -> list[dict[str, Any]]:
         return self._call(self._nodes)

@@ -33,6 +33,7 @@ MODELS = {
     "Service": "V1Service",
     "NetworkPolicy": "V1NetworkPolicy",
     "StatefulSet": "V1StatefulSet",
+    "PodDisruptionBudget": "V1PodDisruptionBudget",
 }
 POD_VERBS = {"create", "get", "list", "watch", "patch", "delete"}
 ANCHOR_VERBS = {"create", "get", "list", "watch", "delete"}
@@ -145,9 +146,47 @@ def test_the_deployment_runs_daphne_against_the_sandbox_namespace(
         == "sandman-execd-carrier"
     )
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    assert pod["serviceAccountName"] == "sandman" and deployment["spec"]["replicas"] == 1
-    service = _find(objects, "Service", "sandman")
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert pod["serviceAccountName"] == "sandman"
+
+
+def test_two_replicas_elect_a_leader_on_a_lease_and_trainers_reach_only_the_leader(
+    objects: list[dict[str, Any]],
+) -> None:
+    """docs/architecture.md §4.1: every replica is Ready when it serves; the trainers'
+    Service selects the leader's label, the pages' Service any replica; a PDB keeps one."""
+    deployment = _find(objects, "Deployment", "sandman")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    labels = deployment["spec"]["selector"]["matchLabels"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SANDMAN_REPLICA_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["SANDMAN_POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.namespace"
+    )
+    trainers = _find(objects, "Service", "sandman")["spec"]["selector"]
+    assert trainers == {**labels, L.LEADER: "true"}
+    assert _find(objects, "Service", "sandman-pages")["spec"]["selector"] == labels
+    pdb = _find(objects, "PodDisruptionBudget", "sandman")
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"] == labels
+    role = _find(objects, "Role", "sandman-leader-election")
+    assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
+    assert rules == {
+        (("coordination.k8s.io",), ("leases",)): {"get", "create", "update"},
+        (("",), ("pods",)): {"get", "patch"},
+    }
+    binding = _find(objects, "RoleBinding", "sandman-leader-election")
+    assert binding["roleRef"]["name"] == "sandman-leader-election"
+    assert (
+        binding["subjects"][0]["name"]
+        == deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    )
+    redis = _find(objects, "Service", "redis")
+    assert env["SANDMAN_REDIS_URL"]["value"] == (
+        f"redis://redis.{redis['metadata']['namespace']}.svc:{redis['spec']['ports'][0]['port']}/0"
+    )
+    assert _find(objects, "Deployment", "redis")["spec"]["replicas"] == 1
 
 
 def test_network_policies_deny_egress_and_admit_execd_only_from_trainers(

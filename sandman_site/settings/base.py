@@ -129,7 +129,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("SANDMAN_LOG_LEVEL", "INFO")},
     # runserver gives this logger its own handler; without this every request logs twice.
-    "loggers": {"django.channels.server": {"propagate": False}},
+    "loggers": {
+        "django.channels.server": {"propagate": False},
+        # The official elector logs every retry at INFO ("yet to finish lease_duration").
+        "leaderelection": {"level": "WARNING"},
+    },
 }
 
 # --- Sandman ---------------------------------------------------------------------------
@@ -154,6 +158,18 @@ SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)
 SANDMAN_CLUSTER_CREATE_BURST = env_int("SANDMAN_CLUSTER_CREATE_BURST", 100)
 # Start the controller (pool, reconciliation, sweeps) inside this process.
 SANDMAN_CONTROLLER_AUTOSTART = env_bool("SANDMAN_CONTROLLER_AUTOSTART", True)
+# Replicas on Kubernetes: the one holding this coordination.k8s.io/v1 Lease runs the
+# controller (sandman_site/election.py); never on the local backend.
+SANDMAN_LEADER_ELECTION = env_bool("SANDMAN_LEADER_ELECTION", True)
+SANDMAN_LEASE_NAME = env_str("SANDMAN_LEASE_NAME", "sandman-controller")
+SANDMAN_LEASE_NAMESPACE = env_str("SANDMAN_LEASE_NAMESPACE", "")  # empty: SANDMAN_NAMESPACE
+SANDMAN_LEASE_DURATION_S = env_int("SANDMAN_LEASE_DURATION_S", 15)
+SANDMAN_LEASE_RENEW_DEADLINE_S = env_int("SANDMAN_LEASE_RENEW_DEADLINE_S", 10)
+SANDMAN_LEASE_RETRY_PERIOD_S = env_int("SANDMAN_LEASE_RETRY_PERIOD_S", 2)
+# This replica's identity in the Lease (the pod name); empty: host name + random suffix.
+SANDMAN_REPLICA_ID = env_str("SANDMAN_REPLICA_ID", "")
+# With SANDMAN_REPLICA_ID = the pod name: the leader labels its own pod sandman.dev/leader.
+SANDMAN_POD_NAMESPACE = env_str("SANDMAN_POD_NAMESPACE", "")
 # Serve static files (Plotly, dashboard JS) from the ASGI app itself; turn off when a
 # reverse proxy serves STATIC_ROOT.
 SANDMAN_SERVE_STATIC = env_bool("SANDMAN_SERVE_STATIC", True)

@@ -1,0 +1,116 @@
+"""Service replicas as real processes for tests: Daphne with the production settings.
+
+Each replica is ``daphne sandman_site.asgi:application`` as a direct child of the test,
+on the test's PostgreSQL database (``DATABASE_URL`` pointed at the test database), with
+whatever environment the test adds (backend, Lease timing, Redis). Stopped with SIGINT
+(then SIGKILL), or killed with SIGKILL; always waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def replica_database_url() -> str:
+    """``DATABASE_URL`` pointed at the test database this test's rows live in."""
+    parts = urllib.parse.urlsplit(os.environ["DATABASE_URL"])
+    return urllib.parse.urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
+
+
+class Replica:
+    """One service process (Daphne) as a direct child; SIGKILL or SIGINT, always waited.
+    ``env`` is added to (and overrides) the production defaults above."""
+
+    def __init__(
+        self, identity: str, env: dict[str, str], log_dir: Path, *, log_name: str = ""
+    ) -> None:
+        self.identity = identity
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = (log_dir / f"{log_name or identity}.log").open("w+")
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
+            # The test process's key: sessions it logs in are valid on the replicas.
+            "SANDMAN_SECRET_KEY": settings.SECRET_KEY,
+            "DATABASE_URL": replica_database_url(),
+            "SANDMAN_DB_POOL_MIN": "1",
+            "SANDMAN_LOG_LEVEL": "WARNING",
+            **env,
+        }
+        argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+        self.proc = subprocess.Popen(
+            [sys.executable, *argv, "sandman_site.asgi:application"],
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-4000:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def status_of(replica: Replica, path: str) -> int | None:
+    try:
+        with urllib.request.urlopen(replica.url + path, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return int(refused.code)
+    except OSError:
+        return None  # not listening yet
+
+
+class Api:
+    """REST calls as a trainer: JSON in, ``(status, body)`` out."""
+
+    def __init__(self, token: str) -> None:
+        self.headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+
+    def call(self, replica: Replica, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            replica.url + path, data=data, method=method, headers=self.headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return answer.status, json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read() or b"null")
