@@ -7,6 +7,8 @@ Rules a reader must not break:
 * Infrastructure failures (``infrastructure``, ``lost``) use up ``max_attempts``; then the
   grading ends ``no_verdict``. A patch that does not apply and failing tests are valid
   verdicts (``unresolved``), never retried.
+* A job with checked reuse takes no grading of a tag-referenced image unless it opted in
+  (``sandboxes.imagerefs``, §4.3): the refusal is a 409 at the request, never a no_verdict.
 * State moves go through ``_move`` (``GRADING_TRANSITIONS``); saves name their fields.
 """
 
@@ -16,6 +18,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
@@ -23,8 +26,9 @@ from grading.harness import HarnessResult, sha256_text
 from grading.models import Grading, PatchCapture, Task
 from grading.states import GRADING_TRANSITIONS, GradingState, TaskState
 from grading.verdicts import Verdict
+from sandboxes.imagerefs import tag_refusal
 from sandboxes.states import JobState
-from sandman_site.errors import InvalidInput, InvalidTransition, JobNotActive
+from sandman_site.errors import ImageNotPinned, InvalidInput, InvalidTransition, JobNotActive
 
 INFRASTRUCTURE = frozenset({"infrastructure", "lost", "probe_refused"})
 _DONE_FIELDS = [
@@ -54,6 +58,12 @@ def grading_create(
         raise JobNotActive(f"job {job.pk} is {job.state}; it takes no new gradings.")
     if task.state != TaskState.ACTIVE:
         raise InvalidTransition(f"task {task.instance_id!r} is retired; it takes no gradings.")
+    if job.reuse_enabled and not job.reuse_allow_tags:
+        refused = tag_refusal(
+            task.image, task.base_commit, backend=settings.SANDMAN_BACKEND, use="reused"
+        )
+        if refused is not None:  # refused here, not as no_verdict after three acquires
+            raise ImageNotPinned(refused, {"image": task.image, "task": task.instance_id})
     if capture is not None:
         if capture.task_id != task.pk or capture.job_id != job.pk:
             raise InvalidInput(f"capture {capture.pk} is not of this job and task.")

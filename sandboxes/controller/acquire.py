@@ -29,12 +29,14 @@ from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import AcquireGate, TaskOwner
 from sandboxes.controller.warm import WarmHandOut
+from sandboxes.imagerefs import tag_refusal
 from sandboxes.pool import CreateTicket, PoolKey, Purpose
 from sandboxes.services import acquisition_record, sandbox_record_event
 from sandboxes.states import AcquisitionOutcome, JobState, Role, SandboxSource
 from sandman_site.errors import (
     AcquireTimeout,
     ControllerUnavailable,
+    ImageNotPinned,
     InvalidInput,
     JobNotActive,
     NotFound,
@@ -133,6 +135,10 @@ class Acquirer:
             rt = await self._runtimes.get(req.job_id, info)
         if rt.pool.draining:
             raise JobNotActive(f"job {req.job_id} is draining; it takes no acquires")
+        if req.role == Role.GRADING and rt.info.reuse_enabled and not rt.info.reuse_allow_tags:
+            refused = tag_refusal(req.image, req.base_commit, backend=state.backend, use="reused")
+            if refused is not None:
+                raise ImageNotPinned(refused, {"image": req.image})
         key = req.key
         record = {
             "job_id": req.job_id,
