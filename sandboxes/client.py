@@ -480,10 +480,12 @@ class Job:
         patch: str | None = None,
         capture_id: int | None = None,
         suites: list[str] | None = None,
+        shadow: bool | None = None,
     ) -> Grading:
-        """Queue a grading of ``patch`` (or a stored capture) on ``task``; ``wait()`` on it."""
+        """Queue a grading of ``patch`` (or a stored capture) on ``task``; ``wait()`` on it.
+        ``shadow``: grade it again on a never-used sandbox and record the agreement."""
         body = {"job": self.id, "task": task, "patch": patch, "capture_id": capture_id}
-        body["suites"] = suites
+        body.update(suites=suites, shadow=shadow)
         answer = self.client._call(
             "POST", "/api/v1/gradings/", {k: v for k, v in body.items() if v is not None}
         )

@@ -58,6 +58,7 @@ class AcquireRequest:
     role: str
     timeout_s: float | None
     user_id: int | None = None
+    never_used: bool = False  # no checked-reuse pod (a shadow grading's sandbox)
 
     @classmethod
     def build(cls, **kwargs: Any) -> AcquireRequest:
@@ -214,7 +215,7 @@ class Acquirer:
         deadline = None if req.timeout_s is None else t0 + req.timeout_s
         rt.pool.note_request(key)
         rt.key_roles.setdefault(key, req.role)
-        while (pod := rt.pool.take_warm(key, req.role)) is not None:
+        while (pod := rt.pool.take_warm(key, req.role, never_used=req.never_used)) is not None:
             result = await self._warm.try_hand_out(rt, pod, req.role, t0, deadline, record)
             if result is not None:
                 self._creates.fill(rt)
