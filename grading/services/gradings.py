@@ -28,6 +28,7 @@ from grading.states import GRADING_TRANSITIONS, GradingState, TaskState
 from grading.verdicts import Verdict
 from sandboxes.imagerefs import tag_refusal
 from sandboxes.states import JobState
+from sandman_site import live
 from sandman_site.errors import ImageNotPinned, InvalidInput, InvalidTransition, JobNotActive
 
 INFRASTRUCTURE = frozenset({"infrastructure", "lost", "probe_refused"})
@@ -52,6 +53,7 @@ def grading_create(
     created_by: Any,
     now: dt.datetime,
     max_attempts: int = 3,
+    shadow: bool = False,
 ) -> Grading:
     """Store a queued grading (a runner takes it from the database; nothing runs here)."""
     if job.state != JobState.ACTIVE:
@@ -83,6 +85,7 @@ def grading_create(
         patch_sha256=sha256_text(patch),
         suites=[by_name[name] for name in names],
         max_attempts=max_attempts,
+        shadow_requested=shadow,
         created_by=created_by,
         created_at=now,
         state_changed_at=now,
@@ -115,6 +118,7 @@ def grading_claim(*, runner: str, now: dt.datetime, lease_s: float) -> Grading |
                         grading, verdict=Verdict.NO_VERDICT, reason=_no_verdict(grading), now=now
                     )
                     grading.save(update_fields=_DONE_FIELDS)
+                    _publish_done(grading)
                     continue
             _move(grading, GradingState.RUNNING, now)
             grading.runner = runner
@@ -181,6 +185,7 @@ def grading_attempt_failed(
     if _infra_attempts(grading) >= grading.max_attempts:
         _finish(grading, verdict=Verdict.NO_VERDICT, reason=_no_verdict(grading), now=now)
         grading.save(update_fields=_DONE_FIELDS)
+        _publish_done(grading)
         return False
     grading.save(update_fields=["attempts"])
     return True
@@ -205,6 +210,18 @@ def grading_decided(
     grading.apply_step = result.apply_step or ""
     _finish(grading, verdict=result.decision.verdict, reason=result.decision.reason, now=now)
     grading.save(update_fields=[*_DONE_FIELDS, "tests", "apply_step"])
+    _publish_done(grading)
+
+
+def _publish_done(grading: Grading) -> None:
+    """Tell the operator pages a verdict is stored (after the commit that stored it)."""
+    payload = {
+        "grading_id": grading.pk,
+        "job_id": grading.job_id,
+        "verdict": grading.verdict,
+        "at": grading.finished_at,
+    }
+    transaction.on_commit(lambda: live.publish("grading.state", payload))
 
 
 def _record_lost(grading: Grading, now: dt.datetime) -> None:
