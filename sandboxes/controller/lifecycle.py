@@ -160,13 +160,15 @@ class Releaser:
             decision = ReuseDecision(False, "contradiction", decision.verdicts)
         ok, why = (False, decision.reason)
         if decision.reuse:
+            started = self._state.clock()
             ok, why = await self._reuse.state_cycle(row.address, row.token)
+            took_ms = round((self._state.clock() - started) * 1000, 1)
             await tasks.db(
                 sandbox_record_event,
                 sandbox_id=sandbox_id,
                 kind=events.REUSE_CHECKED,
                 now=now(),
-                detail={"ok": ok, "reason": why},
+                detail={"ok": ok, "reason": why, "duration_ms": took_ms},
             )
         if not ok or rt.pool.draining:
             await tasks.db(

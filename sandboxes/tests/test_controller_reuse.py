@@ -50,7 +50,8 @@ def test_a_grading_pod_is_restored_reused_and_retired_when_its_verdicts_contradi
     row = Sandbox.objects.get(pk=first.sandbox_id)
     assert (row.state, row.reuse_count, row.reuse_verdicts) == ("ready", 1, {"abc:unit": "pass"})
     checked = SandboxEvent.objects.get(sandbox=row, kind=events.REUSE_CHECKED)
-    assert checked.detail == {"ok": True, "reason": "restored"}
+    assert (checked.detail["ok"], checked.detail["reason"]) == (True, "restored")
+    assert checked.detail["duration_ms"] > 0
     assert process_alive(pid)
 
     rollout = controller.acquire(**acquire_args(job, role="rollout"))
