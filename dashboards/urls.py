@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboards.pages import incidents, operations, overview, training
+from dashboards.pages import grading, incidents, operations, overview, training
 
 urlpatterns = [
     path("", overview.dashboard, name="dashboard"),
@@ -30,6 +30,9 @@ urlpatterns = [
     path("training/", training.training, name="training"),
     path("training/data/<slug:chart>.json", training.chart_json, name="training-chart-json"),
     path("training/data/<slug:chart>.csv", training.chart_csv, name="training-chart-csv"),
+    path("gradings/", grading.gradings, name="gradings"),
+    path("gradings/data/<slug:chart>.json", grading.chart_json, name="gradings-chart-json"),
+    path("gradings/data/<slug:chart>.csv", grading.chart_csv, name="gradings-chart-csv"),
     path("incidents/", incidents.index_page, name="incidents-index"),
     path("incidents/accounting/", incidents.accounting_page, name="incidents-accounting"),
     path(

@@ -105,7 +105,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p.add_argument(
         "--state-roots",
         help="comma- or colon-separated directories the state "
-        "check scans (default: /etc, home directories, /tmp, local bin dirs)",
+        "check scans (default: /etc, home directories, /tmp, local bin dirs); a "
+        "workspace that is not a git repository is added either way",
     )
     p.add_argument(
         "--site-packages",

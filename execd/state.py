@@ -74,20 +74,21 @@ class StateManager:
         ws_repo = [self.workspace] if scan.is_repo(self.workspace) else []
         repos = [os.path.abspath(p) for p in (req.repos if req.repos is not None else ws_repo)]
         if req.roots is not None:
-            roots = req.roots
-        elif self.roots is not None:
-            roots = self.roots
+            roots = list(req.roots)
         else:
-            home = os.path.expanduser("~")
-            roots = [
-                "/etc",
-                home,
-                "/home",
-                "/tmp",
-                "/usr/local/bin",
-                os.path.join(home, ".local", "bin"),
-            ]
-            if not ws_repo:
+            if self.roots is not None:
+                roots = list(self.roots)
+            else:
+                home = os.path.expanduser("~")
+                roots = [
+                    "/etc",
+                    home,
+                    "/home",
+                    "/tmp",
+                    "/usr/local/bin",
+                    os.path.join(home, ".local", "bin"),
+                ]
+            if not ws_repo:  # a workspace without git is watched as plain files
                 roots.append(self.workspace)
         site = (
             req.site_packages

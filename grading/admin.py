@@ -97,8 +97,17 @@ class ReasonFilter(admin.SimpleListFilter):
 
 @admin.register(Grading)
 class GradingAdmin(ReadOnlyAdmin):
-    list_display = ("id", "task", "job", "state", "verdict", "reason", "created_at")
-    list_filter = ("verdict", "state", ReasonFilter, "preflight_kind", "job")
+    list_display = (
+        "id",
+        "task",
+        "job",
+        "state",
+        "verdict",
+        "reason",
+        "shadow_agrees",
+        "created_at",
+    )
+    list_filter = ("verdict", "state", ReasonFilter, "preflight_kind", "job", "shadow_agrees")
     search_fields = ("task__instance_id", "patch_sha256")
     ordering = ("-created_at",)
     list_select_related = ("task", "job")

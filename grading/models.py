@@ -166,6 +166,12 @@ class Grading(models.Model):
     apply_step = models.CharField(max_length=64, blank=True)
     attempts = models.JSONField(default=list)
     max_attempts = models.PositiveSmallIntegerField(default=3)
+    # Shadow grading (grading.shadow): the same patch graded again on a never-used sandbox
+    # after the verdict; ``shadow`` holds its sandbox, source, verdict (or error), and
+    # ``shadow_agrees`` whether it matched (None: not run, or no verdict).
+    shadow_requested = models.BooleanField(default=False)
+    shadow = models.JSONField(default=dict, blank=True)
+    shadow_agrees = models.BooleanField(null=True, blank=True)
     runner = models.CharField(max_length=200, blank=True)
     # A preflight grading belongs to a certification and grades the reference or the empty
     # patch; a trainer's grading has neither.

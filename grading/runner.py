@@ -15,6 +15,8 @@ start-up wiring), never work done inside a request. Rules a reader must not brea
 * Only infrastructure failures (``InfrastructureFailure``, a Sandman error from the
   acquire, an unexpected execd answer) and probe refusals are retried; a patch that does
   not apply and failing tests are verdicts.
+* A grading that asked for a shadow is graded again on a never-used sandbox after its
+  verdict (``grading.shadow``); the shadow never changes the verdict.
 * Time is a parameter: ``clock`` gives the datetimes stored; tests drive ``run_once``.
 """
 
@@ -37,6 +39,7 @@ from grading import services
 from grading.conditions import check_conditions, refusal
 from grading.harness import InfrastructureFailure, grade_patch
 from grading.models import Grading
+from grading.shadow import ShadowGrader
 from grading.verdicts import Verdict
 from sandboxes.execd_client import ExecdClient, ExecdError
 from sandman_site.errors import SandmanError
@@ -122,10 +125,28 @@ class GradingRunner:
         )
         if grading is None:
             return False
-        while True:
-            again = self._attempt(grading)
-            if not again:
-                return True
+        while self._attempt(grading):
+            pass
+        ShadowGrader(
+            controller=self.controller,
+            acquire_kwargs=self._acquire_kwargs(grading),
+            suite=_suite_name(grading),
+        ).run(grading)
+        return True
+
+    def _acquire_kwargs(self, grading: Grading) -> dict[str, Any]:
+        task = grading.task
+        conditions = task.conditions or {}
+        return dict(
+            job_id=grading.job_id,
+            image=task.image,
+            base_commit=task.base_commit,
+            cpu_millis=int(conditions.get("cpu_quota_millis", DEFAULT_CPU_MILLIS)),
+            memory_bytes=int(conditions.get("memory_limit_bytes", DEFAULT_MEMORY_BYTES)),
+            workspace_bytes=None,
+            role="grading",
+            timeout_s=self.acquire_timeout_s,
+        )
 
     def _lease_s_for(self, grading: Grading | None) -> float:
         limits = sum(float(s["time_limit_s"]) for s in grading.suites) if grading else 0.0
@@ -134,20 +155,9 @@ class GradingRunner:
     def _attempt(self, grading: Grading) -> bool:
         """One attempt on a fresh sandbox. True if it failed for infrastructure and another
         attempt is due."""
-        task = grading.task
-        conditions = task.conditions or {}
         started = time.monotonic()
         try:
-            box = self.controller.acquire(
-                job_id=grading.job_id,
-                image=task.image,
-                base_commit=task.base_commit,
-                cpu_millis=int(conditions.get("cpu_quota_millis", DEFAULT_CPU_MILLIS)),
-                memory_bytes=int(conditions.get("memory_limit_bytes", DEFAULT_MEMORY_BYTES)),
-                workspace_bytes=None,
-                role="grading",
-                timeout_s=self.acquire_timeout_s,
-            )
+            box = self.controller.acquire(**self._acquire_kwargs(grading))
         except SandmanError as exc:
             return services.grading_attempt_failed(
                 grading=grading, detail=f"acquire failed: {exc.code}: {exc}", now=self.clock()
@@ -218,13 +228,12 @@ class GradingRunner:
             raise InfrastructureFailure(f"execd failed: {exc}") from exc
 
     def _release(self, sandbox_id: int, verdict: str, grading: Grading) -> None:
-        suite = "+".join(str(s["name"]) for s in grading.suites)
         try:
             self.controller.release(
                 sandbox_id=sandbox_id,
                 verdict=verdict,
                 patch_sha256=grading.patch_sha256,
-                suite=suite,
+                suite=_suite_name(grading),
             )
         except SandmanError:
             # The grading is already stored; a sandbox that cannot be released is left to
@@ -232,6 +241,12 @@ class GradingRunner:
             log.warning(
                 "grading %s: release of sandbox %s failed", grading.pk, sandbox_id, exc_info=True
             )
+
+
+def _suite_name(grading: Grading) -> str:
+    """The suite a release reports. The task is part of it: the same patch (the empty one,
+    say) on two tasks is two questions, and checked reuse compares answers to one question."""
+    return f"{grading.task.instance_id}:" + "+".join(str(s["name"]) for s in grading.suites)
 
 
 _runner: GradingRunner | None = None

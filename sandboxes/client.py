@@ -481,13 +481,15 @@ class Job:
         capture_id: int | None = None,
         suites: list[str] | None = None,
         task_set: int | None = None,
+        shadow: bool | None = None,
     ) -> Grading:
         """Queue a grading of ``patch`` (or a stored capture) on ``task``; ``wait()`` on it.
 
         With ``task_set`` the service grades only if that set's certification matches this
-        job's configuration and admitted the task (a 409 ``not_certified`` otherwise)."""
+        job's configuration and admitted the task (a 409 ``not_certified`` otherwise).
+        ``shadow``: grade it again on a never-used sandbox and record the agreement."""
         body = {"job": self.id, "task": task, "patch": patch, "capture_id": capture_id}
-        body["suites"], body["task_set"] = suites, task_set
+        body.update(suites=suites, task_set=task_set, shadow=shadow)
         answer = self.client._call(
             "POST", "/api/v1/gradings/", {k: v for k, v in body.items() if v is not None}
         )

@@ -56,6 +56,8 @@ class Job(models.Model):
     egress = models.CharField(max_length=8, choices=Egress.choices, default=Egress.DENY)
     reuse_enabled = models.BooleanField(default=False)
     reuse_max_uses = models.PositiveIntegerField(default=8)
+    # Opt-in: warm and reused grading sandboxes of tag-referenced images (sandboxes.imagerefs).
+    reuse_allow_tags = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     drained_at = models.DateTimeField(null=True, blank=True)
     execd_key = models.CharField(max_length=64, default=new_execd_key, editable=False)

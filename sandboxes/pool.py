@@ -167,11 +167,12 @@ class JobPool:
         self.note_request(key)
         self.targets[key] = max(0, int(count))
 
-    def take_warm(self, key: PoolKey, role: str) -> WarmPod | None:
+    def take_warm(self, key: PoolKey, role: str, *, never_used: bool = False) -> WarmPod | None:
         """Take the oldest warm pod whose key EQUALS the request, into ``checking``.
 
         A checked-reuse pod serves only its own role (a used grading pod never becomes a
-        rollout pod); a never-used pod serves any role.
+        rollout pod); a never-used pod serves any role. ``never_used`` skips reused pods
+        (a shadow grading's sandbox must be one no tenant touched).
         """
         if self.draining:
             return None
@@ -179,7 +180,7 @@ class JobPool:
         if not pods:
             return None
         for index, pod in enumerate(pods):
-            if pod.reused and pod.role != role:
+            if pod.reused and (never_used or pod.role != role):
                 continue
             del pods[index]
             if not pods:

@@ -70,6 +70,14 @@ class UnknownImage(SandmanError):
     status = 400
 
 
+class ImageNotPinned(SandmanError):
+    """A tag-referenced image asked for a warm or reused grading sandbox without the job's
+    opt-in: only a digest fixes the image such a sandbox serves (paper §4.3)."""
+
+    code = "image_not_pinned"
+    status = 409
+
+
 class GuardUnavailable(SandmanError):
     """A job asked for a guard (e.g. egress deny) that this backend cannot install."""
 

@@ -22,6 +22,8 @@ ignored by the page). Extra keys are welcome; the ones marked * are what the pag
   create_ms, wait_ms, at}``: refreshes the acquisition-wait and warm-hit charts.
 * ``"job.state"``: ``{job_id*, state*, at}``: refreshes the warm-hit chart (job names).
 * ``"sandbox.event"``: timeline entries; forwarded, not charted yet.
+* ``"grading.state"``, when a grading reaches its verdict: ``{grading_id*, job_id*,
+  verdict*, at}``: refreshes the charts of ``/gradings/``.
 * ``"trajectories"`` and ``"learner_steps"``, after a trainer batch stored records:
   ``{job_id, stored, at}``: refresh every chart of ``/training/``.
 

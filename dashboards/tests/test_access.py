@@ -29,6 +29,8 @@ ROUTE_ARGS: dict[str, dict[str, str]] = {
     "operations-chart-csv": {"chart": "warm_use"},
     "training-chart-json": {"chart": "critical_path"},
     "training-chart-csv": {"chart": "critical_path"},
+    "gradings-chart-json": {"chart": "verdicts"},
+    "gradings-chart-csv": {"chart": "verdicts"},
 }
 
 
@@ -59,6 +61,7 @@ def test_every_route_is_a_guarded_page_or_data_endpoint() -> None:
         "dashboard",
         "operations",
         "training",
+        "gradings",
         "incidents-index",
         "incidents-accounting",
     }

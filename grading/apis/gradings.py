@@ -94,6 +94,11 @@ class GradingCreateApi(JsonApiView):
             required=False,
             help_text="grade for this task set: it must be certified for the job (else 409)",
         )
+        shadow = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="also grade it on a never-used sandbox and record the agreement",
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             if ("patch" in attrs) == ("capture_id" in attrs):
@@ -126,6 +131,7 @@ class GradingCreateApi(JsonApiView):
             patch=body.get("patch", ""),
             capture=capture,
             suite_names=body.get("suites"),
+            shadow=body["shadow"],
             created_by=request.user,
             now=timezone.now(),
         )
@@ -151,6 +157,14 @@ class GradingOutputSerializer(serializers.Serializer):
     suites = serializers.JSONField()
     attempts = serializers.JSONField(
         help_text="one per sandbox tried: sandbox_id, source, outcome, times, detail"
+    )
+    shadow_requested = serializers.BooleanField()
+    shadow = serializers.JSONField(
+        help_text="the shadow grading on a never-used sandbox: sandbox_id, source, verdict "
+        "or error, duration_ms; {} until it ran"
+    )
+    shadow_agrees = serializers.BooleanField(
+        allow_null=True, help_text="the shadow's verdict equals this one; null without one"
     )
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)

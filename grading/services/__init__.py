@@ -19,6 +19,7 @@ from grading.services.gradings import (
     grading_create,
     grading_decided,
 )
+from grading.services.shadows import grading_shadow_recorded
 from grading.services.tasks import (
     TASK_FIELDS,
     patch_capture_create,
@@ -40,6 +41,7 @@ __all__ = [
     "grading_claim",
     "grading_create",
     "grading_decided",
+    "grading_shadow_recorded",
     "patch_capture_create",
     "task_create",
     "task_import",

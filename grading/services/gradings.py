@@ -7,6 +7,8 @@ Rules a reader must not break:
 * Infrastructure failures (``infrastructure``, ``lost``) use up ``max_attempts``; then the
   grading ends ``no_verdict``. A patch that does not apply and failing tests are valid
   verdicts (``unresolved``), never retried.
+* A job with checked reuse takes no grading of a tag-referenced image unless it opted in
+  (``sandboxes.imagerefs``, §4.3): the refusal is a 409 at the request, never a no_verdict.
 * State moves go through ``_move`` (``GRADING_TRANSITIONS``); saves name their fields.
 """
 
@@ -16,6 +18,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
@@ -24,8 +27,10 @@ from grading.harness import HarnessResult, sha256_text
 from grading.models import Grading, PatchCapture, Task
 from grading.states import GRADING_TRANSITIONS, GradingState, TaskState
 from grading.verdicts import Verdict
+from sandboxes.imagerefs import tag_refusal
 from sandboxes.states import JobState
-from sandman_site.errors import InvalidInput, InvalidTransition, JobNotActive
+from sandman_site import live
+from sandman_site.errors import ImageNotPinned, InvalidInput, InvalidTransition, JobNotActive
 
 INFRASTRUCTURE = frozenset({"infrastructure", "lost", "probe_refused"})
 _DONE_FIELDS = [
@@ -52,6 +57,7 @@ def grading_create(
     certification: Any = None,
     preflight_kind: str = "",
     task_set: Any = None,
+    shadow: bool = False,
 ) -> Grading:
     """Store a queued grading (a runner takes it from the database; nothing runs here).
 
@@ -70,6 +76,12 @@ def grading_create(
             config=selectors.job_config(job),
             task_digest=selectors.task_digest_of(task),
         )
+    if job.reuse_enabled and not job.reuse_allow_tags:
+        refused = tag_refusal(
+            task.image, task.base_commit, backend=settings.SANDMAN_BACKEND, use="reused"
+        )
+        if refused is not None:  # refused here, not as no_verdict after three acquires
+            raise ImageNotPinned(refused, {"image": task.image, "task": task.instance_id})
     if capture is not None:
         if capture.task_id != task.pk or capture.job_id != job.pk:
             raise InvalidInput(f"capture {capture.pk} is not of this job and task.")
@@ -91,6 +103,7 @@ def grading_create(
         max_attempts=max_attempts,
         certification=certification,
         preflight_kind=preflight_kind,
+        shadow_requested=shadow,
         created_by=created_by,
         created_at=now,
         state_changed_at=now,
@@ -129,6 +142,7 @@ def grading_claim(
                         grading, verdict=Verdict.NO_VERDICT, reason=_no_verdict(grading), now=now
                     )
                     grading.save(update_fields=_DONE_FIELDS)
+                    _publish_done(grading)
                     continue
             _move(grading, GradingState.RUNNING, now)
             grading.runner = runner
@@ -195,6 +209,7 @@ def grading_attempt_failed(
     if _infra_attempts(grading) >= grading.max_attempts:
         _finish(grading, verdict=Verdict.NO_VERDICT, reason=_no_verdict(grading), now=now)
         grading.save(update_fields=_DONE_FIELDS)
+        _publish_done(grading)
         return False
     grading.save(update_fields=["attempts"])
     return True
@@ -219,6 +234,18 @@ def grading_decided(
     grading.apply_step = result.apply_step or ""
     _finish(grading, verdict=result.decision.verdict, reason=result.decision.reason, now=now)
     grading.save(update_fields=[*_DONE_FIELDS, "tests", "apply_step"])
+    _publish_done(grading)
+
+
+def _publish_done(grading: Grading) -> None:
+    """Tell the operator pages a verdict is stored (after the commit that stored it)."""
+    payload = {
+        "grading_id": grading.pk,
+        "job_id": grading.job_id,
+        "verdict": grading.verdict,
+        "at": grading.finished_at,
+    }
+    transaction.on_commit(lambda: live.publish("grading.state", payload))
 
 
 def _record_lost(grading: Grading, now: dt.datetime) -> None:

@@ -69,6 +69,9 @@ class ReuseSerializer(StrictSerializer):
     enabled = serializers.BooleanField(required=False)
     # Paper §4.3 / Appendix I: a pod is reused at most 8 times.
     max_uses = serializers.IntegerField(min_value=1, max_value=8, required=False)
+    # §4.3: only a digest fixes the image; tag-referenced images need this opt-in for
+    # grading prewarm and reuse (sandboxes.imagerefs).
+    allow_tag_images = serializers.BooleanField(required=False)
 
 
 class JobOutputSerializer(serializers.Serializer):
@@ -103,7 +106,11 @@ class JobOutputSerializer(serializers.Serializer):
         return {"per_key": job.warm_per_key, "idle_timeout_s": job.idle_timeout_s}
 
     def get_reuse(self, job: Job) -> dict[str, Any]:
-        return {"enabled": job.reuse_enabled, "max_uses": job.reuse_max_uses}
+        return {
+            "enabled": job.reuse_enabled,
+            "max_uses": job.reuse_max_uses,
+            "allow_tag_images": job.reuse_allow_tags,
+        }
 
     def get_counts(self, job: Job) -> dict[str, int]:
         counts = self.context.get("counts", {}).get(job.pk)
@@ -154,6 +161,7 @@ class JobCreateApi(JsonApiView):
                 "egress": attrs["egress"],
                 "reuse_enabled": reuse.get("enabled", _default("reuse_enabled")),
                 "reuse_max_uses": reuse.get("max_uses", _default("reuse_max_uses")),
+                "reuse_allow_tags": reuse.get("allow_tag_images", _default("reuse_allow_tags")),
             }
             return out
 

@@ -29,12 +29,14 @@ from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import AcquireGate, TaskOwner
 from sandboxes.controller.warm import WarmHandOut
+from sandboxes.imagerefs import tag_refusal
 from sandboxes.pool import CreateTicket, PoolKey, Purpose
 from sandboxes.services import acquisition_record, sandbox_record_event
 from sandboxes.states import AcquisitionOutcome, JobState, Role, SandboxSource
 from sandman_site.errors import (
     AcquireTimeout,
     ControllerUnavailable,
+    ImageNotPinned,
     InvalidInput,
     JobNotActive,
     NotFound,
@@ -56,6 +58,7 @@ class AcquireRequest:
     role: str
     timeout_s: float | None
     user_id: int | None = None
+    never_used: bool = False  # no checked-reuse pod (a shadow grading's sandbox)
 
     @classmethod
     def build(cls, **kwargs: Any) -> AcquireRequest:
@@ -133,6 +136,10 @@ class Acquirer:
             rt = await self._runtimes.get(req.job_id, info)
         if rt.pool.draining:
             raise JobNotActive(f"job {req.job_id} is draining; it takes no acquires")
+        if req.role == Role.GRADING and rt.info.reuse_enabled and not rt.info.reuse_allow_tags:
+            refused = tag_refusal(req.image, req.base_commit, backend=state.backend, use="reused")
+            if refused is not None:
+                raise ImageNotPinned(refused, {"image": req.image})
         key = req.key
         record = {
             "job_id": req.job_id,
@@ -208,7 +215,7 @@ class Acquirer:
         deadline = None if req.timeout_s is None else t0 + req.timeout_s
         rt.pool.note_request(key)
         rt.key_roles.setdefault(key, req.role)
-        while (pod := rt.pool.take_warm(key, req.role)) is not None:
+        while (pod := rt.pool.take_warm(key, req.role, never_used=req.never_used)) is not None:
             result = await self._warm.try_hand_out(rt, pod, req.role, t0, deadline, record)
             if result is not None:
                 self._creates.fill(rt)

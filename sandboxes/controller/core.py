@@ -214,6 +214,7 @@ class Controller:
         role: str,
         timeout_s: float | None,
         user_id: int | None = None,
+        never_used: bool = False,
     ) -> AcquireResult:
         request = AcquireRequest.build(
             job_id=job_id,
@@ -225,6 +226,7 @@ class Controller:
             role=role,
             timeout_s=timeout_s,
             user_id=user_id,
+            never_used=never_used,
         )
         return self._call(lambda p: p.acquirer.acquire(request))
 

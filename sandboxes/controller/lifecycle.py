@@ -4,7 +4,11 @@ Ordering rules a reader must not break (paper §4.3, §4.4, Table 2 row 3):
 * A release and its delete (or its reuse check) are persisted in ONE commit; the delete
   is sent later, once the acquires in flight are answered (``AcquireGate``).
 * A released grading pod is reused only after execd reset it and its state check
-  passed (restored if needed, ``reuse.py``); anything else retires it (deleted).
+  passed (restored if needed, ``reuse.py``); anything else retires it (deleted), and so
+  does a verdict that contradicts one for the same patch and suite on ANY pod of the job
+  (Table A35), or a grading with no verdict.
+* Grading prewarm of a tag-referenced image is refused unless the job opted in
+  (``sandboxes.imagerefs``, §4.3).
 """
 
 from __future__ import annotations
@@ -18,14 +22,15 @@ from sandboxes.controller.runtime import JobRuntime, PrewarmKey, SandboxRef
 from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
-from sandboxes.pool import PoolKey, WarmPod, reuse_decision
+from sandboxes.imagerefs import tag_refusal
+from sandboxes.pool import PoolKey, ReuseDecision, WarmPod, reuse_decision
 from sandboxes.services import (
     sandbox_record_event,
     sandbox_release_and_begin_delete,
     sandbox_return_for_reuse,
 )
 from sandboxes.states import JobState, Role
-from sandman_site.errors import InvalidInput, JobNotActive, NotFound
+from sandman_site.errors import ImageNotPinned, InvalidInput, JobNotActive, NotFound
 
 VERDICTS = ("pass", "fail", "none")
 
@@ -102,6 +107,15 @@ class Releaser:
                 raise InvalidInput(f"count must be between 0 and max_live ({info.max_live})")
             if k.role not in Role.values:
                 raise InvalidInput(f"role must be one of {', '.join(Role.values)}")
+            refused = (
+                None
+                if k.role != Role.GRADING or info.reuse_allow_tags
+                else tag_refusal(
+                    k.image, k.base_commit or None, backend=self._state.backend, use="warm"
+                )
+            )
+            if refused is not None:
+                raise ImageNotPinned(refused, {"image": k.image})
         rt = await self._runtimes.get(job_id, info)
         for k in keys:
             key = PoolKey(
@@ -136,15 +150,25 @@ class Releaser:
             reuse_count=row.reuse_count,
             max_uses=rt.info.reuse_max_uses,
         )
+        if decision.reuse and await tasks.db(
+            queries.verdict_contradicted,
+            job_id=row.job_id,
+            patch_sha256=patch_sha256 or "",
+            suite=suite or "",
+            verdict=verdict,
+        ):
+            decision = ReuseDecision(False, "contradiction", decision.verdicts)
         ok, why = (False, decision.reason)
         if decision.reuse:
+            started = self._state.clock()
             ok, why = await self._reuse.state_cycle(row.address, row.token)
+            took_ms = round((self._state.clock() - started) * 1000, 1)
             await tasks.db(
                 sandbox_record_event,
                 sandbox_id=sandbox_id,
                 kind=events.REUSE_CHECKED,
                 now=now(),
-                detail={"ok": ok, "reason": why},
+                detail={"ok": ok, "reason": why, "duration_ms": took_ms},
             )
         if not ok or rt.pool.draining:
             await tasks.db(

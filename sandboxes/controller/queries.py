@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from django.db.models import Min, Q
 
-from sandboxes.models import Job, PendingDelete, Sandbox
+from sandboxes import events
+from sandboxes.models import Job, PendingDelete, Sandbox, SandboxEvent
 from sandboxes.services.deletes import DeleteOrder
 from sandboxes.states import JobState, SandboxState
 
@@ -35,6 +36,7 @@ class JobInfo:
     trainer_pod_name: str
     trainer_pod_uid: str
     execd_key: str = field(default="", repr=False)  # a secret: never printed
+    reuse_allow_tags: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ def _job_info(job: Job) -> JobInfo:
         trainer_pod_name=job.trainer_pod_name,
         trainer_pod_uid=job.trainer_pod_uid,
         execd_key=job.execd_key,
+        reuse_allow_tags=job.reuse_allow_tags,
     )
 
 
@@ -117,6 +120,24 @@ def job_info(job_id: int) -> JobInfo | None:
 def sandbox_row(sandbox_id: int) -> SandboxRow | None:
     s = Sandbox.objects.select_related("job").filter(pk=sandbox_id).first()
     return _row(s) if s else None
+
+
+def verdict_contradicted(*, job_id: int, patch_sha256: str, suite: str, verdict: str) -> bool:
+    """Did any sandbox of the job release the same patch and suite with the other verdict?
+
+    Table A35's rule reads every pod's releases, not only this pod's: a defect present at
+    creation survives the pod's own restores, so only another pod's answer exposes it.
+    """
+    other = {"pass": "fail", "fail": "pass"}.get(verdict)
+    if other is None or not patch_sha256:
+        return False
+    return SandboxEvent.objects.filter(
+        kind=events.RELEASED,
+        sandbox__job_id=job_id,
+        detail__verdict=other,
+        detail__patch_sha256=patch_sha256,
+        detail__suite=suite,
+    ).exists()
 
 
 def rows_not_deleted(*, backend: str) -> list[SandboxRow]:

@@ -87,6 +87,7 @@ def job_create(
     egress: str = Egress.DENY,
     reuse_enabled: bool = False,
     reuse_max_uses: int = 8,
+    reuse_allow_tags: bool = False,
     now: dt.datetime,
 ) -> Job:
     """Register a job after validating every field (nothing is written on bad input)."""
@@ -122,6 +123,7 @@ def job_create(
             egress=egress,
             reuse_enabled=bool(reuse_enabled),
             reuse_max_uses=reuse_max_uses,
+            reuse_allow_tags=bool(reuse_allow_tags),
             created_at=now,
         )
         publish_on_commit("job.state", {"job_id": job.pk, "state": job.state, "at": now})

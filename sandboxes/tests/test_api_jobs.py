@@ -36,7 +36,7 @@ def test_creating_a_job_stores_its_policy_and_answers_201_with_zero_counts(alice
         warm={"per_key": 2, "idle_timeout_s": 120},
         readiness_budget_s=90,
         max_lifetime_s=600,
-        reuse={"enabled": True, "max_uses": 4},
+        reuse={"enabled": True, "max_uses": 4, "allow_tag_images": True},
     )
     response = api(token).post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.content
@@ -47,7 +47,8 @@ def test_creating_a_job_stores_its_policy_and_answers_201_with_zero_counts(alice
     assert (job.rate_per_s, job.burst, job.max_live, job.max_creating) == (12.5, 30, 40, 8)
     assert (job.warm_per_key, job.idle_timeout_s) == (2, 120.0)
     assert (job.readiness_budget_s, job.max_lifetime_s) == (90.0, 600.0)
-    assert (job.reuse_enabled, job.reuse_max_uses) == (True, 4)
+    assert (job.reuse_enabled, job.reuse_max_uses, job.reuse_allow_tags) == (True, 4, True)
+    assert data["reuse"] == {"enabled": True, "max_uses": 4, "allow_tag_images": True}
     assert data["pacing"] == {"rate_per_s": 12.5, "burst": 30}
     assert data["caps"] == {"max_live": 40, "max_creating": 8}
     assert data["counts"] == {"live": 0, "warm": 0, "creating": 0}
@@ -70,6 +71,7 @@ def test_an_omitted_policy_takes_the_model_defaults(alice):
         "readiness_budget_s",
         "max_lifetime_s",
         "reuse_max_uses",
+        "reuse_allow_tags",
     ):
         assert getattr(job, field) == Job._meta.get_field(field).default, field
     assert job.trainer_pod_name == "" and job.egress == "allow"

@@ -11,10 +11,13 @@ import pytest
 
 from sandboxes import events
 from sandboxes.controller.reuse import ReuseChecker
-from sandboxes.controller.runtime import utc_now
+from sandboxes.controller.runtime import PrewarmKey, utc_now
 from sandboxes.controller.tasks import TaskOwner
-from sandboxes.models import Sandbox, SandboxEvent
+from sandboxes.imagerefs import Pinning, image_pinning, tag_refusal
+from sandboxes.models import Acquisition, Sandbox, SandboxEvent
 from sandboxes.tests.controller_support import (
+    IMAGE,
+    SPEC,
     acquire_args,
     execd,
     make_job,
@@ -23,12 +26,15 @@ from sandboxes.tests.controller_support import (
     state,
     wait_until,
 )
+from sandman_site.errors import ImageNotPinned
+
+_KEY = dict(base_commit=None, count=1, **SPEC)
 
 
 def test_a_grading_pod_is_restored_reused_and_retired_when_its_verdicts_contradict(
     controller, sandbox_root
 ):
-    job = make_job(reuse_enabled=True, reuse_max_uses=8)
+    job = make_job(reuse_enabled=True, reuse_max_uses=8, reuse_allow_tags=True)
     first = controller.acquire(**acquire_args(job, role="grading"))
     assert first.source == "created"
     baseline = SandboxEvent.objects.get(sandbox_id=first.sandbox_id, kind=events.STATE_BASELINE)
@@ -44,7 +50,8 @@ def test_a_grading_pod_is_restored_reused_and_retired_when_its_verdicts_contradi
     row = Sandbox.objects.get(pk=first.sandbox_id)
     assert (row.state, row.reuse_count, row.reuse_verdicts) == ("ready", 1, {"abc:unit": "pass"})
     checked = SandboxEvent.objects.get(sandbox=row, kind=events.REUSE_CHECKED)
-    assert checked.detail == {"ok": True, "reason": "restored"}
+    assert (checked.detail["ok"], checked.detail["reason"]) == (True, "restored")
+    assert checked.detail["duration_ms"] > 0
     assert process_alive(pid)
 
     rollout = controller.acquire(**acquire_args(job, role="rollout"))
@@ -62,7 +69,7 @@ def test_a_grading_pod_is_restored_reused_and_retired_when_its_verdicts_contradi
 
 
 def test_a_grading_pod_released_without_a_verdict_is_retired(controller, sandbox_root):
-    job = make_job(reuse_enabled=True)
+    job = make_job(reuse_enabled=True, reuse_allow_tags=True)
     got = controller.acquire(**acquire_args(job, role="grading"))
     pid = pid_of(sandbox_root, got.name)
     controller.release(sandbox_id=got.sandbox_id, verdict="none")
@@ -70,6 +77,55 @@ def test_a_grading_pod_released_without_a_verdict_is_retired(controller, sandbox
     retired = SandboxEvent.objects.get(sandbox_id=got.sandbox_id, kind=events.RETIRED)
     assert retired.detail["reason"] == "no_verdict"
     assert not process_alive(pid)
+
+
+def test_a_verdict_that_contradicts_another_pods_verdict_retires_the_pod(controller):
+    """Table A35's rule: the same patch and suite answered the other way on ANY pod of the
+    job retires the pod (its own history is empty: only the other pod exposes it)."""
+    job = make_job(reuse_enabled=True, reuse_allow_tags=True)
+    first = controller.acquire(**acquire_args(job, role="grading"))
+    second = controller.acquire(**acquire_args(job, role="grading"))
+    controller.release(sandbox_id=first.sandbox_id, verdict="pass", patch_sha256="p", suite="t:u")
+    wait_until(lambda: state(first.sandbox_id) == "ready", what="the first pod reused")
+    # Another patch, or the same patch on another suite, is another question: no contradiction.
+    controller.release(sandbox_id=second.sandbox_id, verdict="fail", patch_sha256="p", suite="t:v")
+    wait_until(lambda: state(second.sandbox_id) == "ready", what="the second pod reused")
+
+    again = controller.acquire(**acquire_args(job, role="grading"))
+    assert again.source == "reused"
+    controller.release(sandbox_id=again.sandbox_id, verdict="fail", patch_sha256="p", suite="t:u")
+    wait_until(lambda: state(again.sandbox_id) == "deleted", what="the contradicting pod retired")
+    retired = SandboxEvent.objects.get(sandbox_id=again.sandbox_id, kind=events.RETIRED)
+    assert retired.detail["reason"] == "contradiction"
+
+
+def test_a_tag_referenced_image_is_refused_for_grading_prewarm_and_reuse_unless_opted_in(
+    controller,
+):
+    """§4.3: only a digest fixes the image a warm or reused grading pod serves."""
+    job = make_job(reuse_enabled=True)
+    with pytest.raises(ImageNotPinned, match="referenced by tag") as refused:
+        controller.acquire(**acquire_args(job, role="grading"))
+    assert "allow_tag_images" in str(refused.value) and refused.value.status == 409
+    assert not Acquisition.objects.filter(job=job).exists()  # nothing stored
+    with pytest.raises(ImageNotPinned, match="warm grading sandbox"):
+        controller.prewarm(job_id=job.pk, keys=[PrewarmKey(image=IMAGE, role="grading", **_KEY)])
+    # A rollout is not keyed for reuse; a job that opts in takes the tag.
+    assert controller.acquire(**acquire_args(job, role="rollout")).source == "created"
+    opted = make_job(reuse_enabled=True, reuse_allow_tags=True)
+    controller.prewarm(job_id=opted.pk, keys=[PrewarmKey(image=IMAGE, role="grading", **_KEY)])
+    assert controller.acquire(**acquire_args(opted, role="grading")).sandbox_id
+
+
+def test_only_a_digest_or_a_local_image_at_a_full_commit_is_pinned():
+    digest = "registry.example/swe/django@sha256:" + "ab" * 32
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    assert image_pinning(digest, None, backend="kubernetes") == Pinning(True, "digest")
+    assert image_pinning("swe/django:v1", commit, backend="kubernetes") == Pinning(False, "tag")
+    assert image_pinning("swe/django", commit, backend="local") == Pinning(True, "commit")
+    assert image_pinning("sandman/empty", None, backend="local").pinned is False
+    assert image_pinning("swe/django", "0123abc", backend="local").pinned is False
+    assert tag_refusal(digest, None, backend="kubernetes", use="reused") is None
 
 
 # --- answers of undeclared shapes retire the pod ---------------------------------------------

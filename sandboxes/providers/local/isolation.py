@@ -277,6 +277,14 @@ def plain_launch(
         str(execd_dir),
         "--run-dir",
         str(private / "run"),
+        # Without isolation /etc, /tmp and the system's package directories are the
+        # host's, shared with every other program: a state restore there would delete or
+        # rewrite their files. The state check covers only what is the sandbox's own (its
+        # home; its repositories are found from the workspace).
+        "--state-roots",
+        str(private / "home"),
+        "--site-packages",
+        "",
         "--die-with-parent",
         str(os.getpid()),
     ]

@@ -228,6 +228,8 @@ def _arguments(argv):
     parser.add_argument("--workspace", required=True)
     parser.add_argument("--execd-dir", required=True, help="the directory holding execd/")
     parser.add_argument("--run-dir", help="execd's private directory for command files")
+    parser.add_argument("--state-roots", help="passed to execd (the state check's roots)")
+    parser.add_argument("--site-packages", help="passed to execd ('' scans none)")
     parser.add_argument(
         "--die-with-parent", type=int, metavar="PID", help="get SIGTERM when PID (our parent) dies"
     )
@@ -255,6 +257,10 @@ def _run_execd_here(args, stdout_fd):
         sys.argv += ["--workspace", args.workspace]
         if args.run_dir:
             sys.argv += ["--run-dir", args.run_dir]
+        if args.state_roots is not None:
+            sys.argv += ["--state-roots", args.state_roots]
+        if args.site_packages is not None:
+            sys.argv += ["--site-packages", args.site_packages]
         runpy.run_module("execd", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
