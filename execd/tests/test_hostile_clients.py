@@ -33,7 +33,7 @@ class Probe:
         self.port = port
         self.token = token
         self.answers = 0
-        self.failures = []  # type: List[str]
+        self.failures: List[str] = []
         self.slowest_ms = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="probe")
@@ -249,7 +249,7 @@ def test_slow_loris_headers_get_408_after_the_header_timeout(hostile: Execd, whe
         for sock in socks:
             sock.sendall(prefix)
             sock.settimeout(0.1)
-        answers = {}  # type: Dict[int, bytes]
+        answers: Dict[int, bytes] = {}
         started = time.monotonic()
         step = 0
         while len(answers) < len(socks) and time.monotonic() - started < 20:
@@ -301,8 +301,8 @@ def test_connections_past_the_cap_get_429_and_the_open_ones_keep_working(
     idle = [_raw(execd.port) for _ in range(19)]
     # the 19 idle ones and the kept client fill the cap (each is registered once accepted)
     deadline = time.monotonic() + 10
-    refused = None  # type: Optional[Tuple[int, Dict[str, str], Dict[str, Any]]]
-    extra = []  # type: List[socket.socket]
+    refused: Optional[Tuple[int, Dict[str, str], Dict[str, Any]]] = None
+    extra: List[socket.socket] = []
     while refused is None and time.monotonic() < deadline:
         sock = _raw(execd.port)
         extra.append(sock)

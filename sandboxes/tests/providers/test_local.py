@@ -525,19 +525,22 @@ async def test_egress_denied_sandbox_reaches_neither_host_loopback_nor_host_unix
 
 
 @pytest.mark.asyncio
-async def test_egress_allowed_sandbox_reaches_a_host_loopback_listener_but_no_host_unix_socket(
+async def test_egress_allowed_sandbox_reaches_neither_a_host_loopback_listener_nor_a_unix_socket(
     isolated: LocalProvider, tmp_path: Path
 ) -> None:
+    """``allow`` is the outside world through slirp4netns, never the host (issue 12 item 4;
+    the outside is tested in test_local_egress.py)."""
     listener = _host_listener()
     port = listener.getsockname()[1]
     path = tmp_path / "db" / "app.sock"
     server = _host_unix_socket(path)
     try:
         spec, _, info = await _start(isolated, "sb-allow", egress="allow")
-        assert info.guards["net_ns"] is False and info.guards["egress"] == "allowed"
+        assert info.guards["net_ns"] is True and info.guards["egress"] == "allowed"
+        assert info.guards["network"] == "usernet"
         answer = await run_in(info.address, spec.token, _TCP.format(host="127.0.0.1", port=port))
-        assert "CONNECTED" in answer["output"], answer
-        assert _pending_connection(listener)
+        assert "REFUSED" in answer["output"] and "CONNECTED" not in answer["output"], answer
+        assert not _pending_connection(listener)
         answer = await run_in(info.address, spec.token, _UNIX.format(path=path))
         assert "REFUSED" in answer["output"] and not _pending_connection(server)
     finally:
