@@ -148,6 +148,10 @@ SANDMAN_K8S_WATCH_TIMEOUT_S = env_int("SANDMAN_K8S_WATCH_TIMEOUT_S", 300)
 SANDMAN_K8S_VERIFY_HEALTH = env_bool("SANDMAN_K8S_VERIFY_HEALTH", True)
 SANDMAN_K8S_WORKSPACE = env_str("SANDMAN_K8S_WORKSPACE", "/workspace")
 SANDMAN_K8S_DROP_ALL_CAPABILITIES = env_bool("SANDMAN_K8S_DROP_ALL_CAPABILITIES", False)
+# The cluster's pod and service ranges, excluded (with 169.254.169.254/32) from the egress
+# of egress-allowed sandboxes: `manage.py render_networkpolicy` (comma-separated CIDRs).
+SANDMAN_K8S_POD_CIDRS = env_str("SANDMAN_K8S_POD_CIDRS", "10.244.0.0/16")
+SANDMAN_K8S_SERVICE_CIDRS = env_str("SANDMAN_K8S_SERVICE_CIDRS", "10.96.0.0/12")
 SANDMAN_IMAGES_DIR = Path(env_str("SANDMAN_IMAGES_DIR", str(VAR_DIR / "images")))
 SANDMAN_SANDBOX_ROOT = Path(env_str("SANDMAN_SANDBOX_ROOT", str(VAR_DIR / "sandboxes")))
 SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)
