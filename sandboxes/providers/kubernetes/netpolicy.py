@@ -6,7 +6,7 @@ and ``manage.py render_networkpolicy`` prints for other ranges.
 
 What it admits, for pods labelled ``sandman.dev/egress=allow``: every IPv4 destination
 except the node metadata address (169.254.169.254/32: pods without an egress guard
-obtained instance-metadata credentials, the paper's §A incident list) and the cluster's
+obtained instance-metadata tokens: the security finding of 20 Oct in Appendix M) and the cluster's
 pod and service ranges, which differ per cluster and are configurable
 (``SANDMAN_K8S_POD_CIDRS``, ``SANDMAN_K8S_SERVICE_CIDRS``; kubeadm's defaults here), plus
 DNS to the cluster's resolver pods (kube-system, ``k8s-app=kube-dns``, port 53), which
