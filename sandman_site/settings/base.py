@@ -45,6 +45,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "sandman_site.dbguard.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "sandman_site.urls"
@@ -73,6 +74,7 @@ DATABASES = {
         # PostgreSQL connection pool per process (psycopg_pool); 0 turns it off.
         pool_max=env_int("SANDMAN_DB_POOL_MAX", 32),
         pool_min=env_int("SANDMAN_DB_POOL_MIN", 4),
+        pool_timeout_s=env_float("SANDMAN_DB_POOL_TIMEOUT_S", 10.0),
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
