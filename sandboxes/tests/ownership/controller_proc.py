@@ -5,7 +5,9 @@
 * ``SANDMAN_TEST_DB_NAME`` -- the test database's NAME (the SQLite file or the PostgreSQL
   test database; everything else comes from the same settings as the test process);
 * ``SANDMAN_TEST_K8S_URL`` -- the stand-in cluster's URL (it runs in the test process);
-* ``SANDMAN_TEST_NAMESPACE`` -- the sandbox namespace.
+* ``SANDMAN_TEST_NAMESPACE`` -- the sandbox namespace;
+* ``SANDMAN_TEST_WORKERS`` (default 8) -- commands run at once (a burst's concurrency);
+* ``SANDMAN_TEST_VERIFY_HEALTH`` (default 1) -- 0 when the stand-in runs no execd.
 
 It prints ``{"ready": true}`` once its controller has started (reconcile done), then
 answers one JSON command per stdin line, each in a thread of its own so that an acquire
@@ -51,6 +53,7 @@ def main() -> None:
         retry_pending_in_background=False,
         destroy_attempts=1,
         max_workers=8,
+        verify_health=os.environ.get("SANDMAN_TEST_VERIFY_HEALTH", "1") == "1",
     )
     provider = KubernetesProvider(
         config,
@@ -89,7 +92,7 @@ def main() -> None:
         say({"id": command["id"], "ok": True, "result": result})
 
     say({"ready": True})
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    with ThreadPoolExecutor(max_workers=int(os.environ.get("SANDMAN_TEST_WORKERS", "8"))) as pool:
         for line in sys.stdin:
             if line.strip():
                 pool.submit(run, json.loads(line))
