@@ -46,22 +46,26 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
     """The scenario; returns what it measured (the bench records the same numbers)."""
     job = make_job(egress="deny", rate_per_s=1000.0, burst=burst, max_live=burst + 8)
     first = env.process()
-    early = [first.call("acquire", args=acquire_args(job)) for _ in range(RELEASED)]
-    doomed = []
-    for call in early:
-        answer = call.result(timeout=120)
-        assert answer["ok"], answer
-        doomed.append(answer["result"])
+    calls: list[Future[dict[str, Any]]] = [
+        first.call("acquire", args=acquire_args(job, timeout_s=120.0)) for _ in range(burst)
+    ]
+
+    def answered(n: int) -> list[dict[str, Any]] | None:
+        done = [c.result() for c in calls if c.done()]
+        ok = [d["result"] for d in done if d["ok"]]
+        return ok if len(ok) >= n else None
+
+    doomed = wait_until(lambda: answered(RELEASED), what="answered acquires", deadline_s=120)
+    doomed = doomed[:RELEASED]
     for sandbox in doomed:
         env.cluster.gates.add("delete_received", name=sandbox["name"])
         first.call("release", sandbox_id=sandbox["sandbox_id"])
-    # one create of the burst is stored and held, so the kill surely finds creates in flight
+    wait_until(lambda: answered(max(RELEASED, burst // 4)), what="a quarter answered")
+    # the next create is stored and held, so the kill surely finds creates in flight (two
+    # more acquires make sure one more create comes, even if the burst's are all done)
     held = env.cluster.gates.add("create_stored", name_prefix=f"sm-{job.pk}-")
-    calls: list[Future[dict[str, Any]]] = [
-        first.call("acquire", args=acquire_args(job, timeout_s=120.0))
-        for _ in range(burst - RELEASED)
-    ]
-    held.wait_reached(60)
+    calls += [first.call("acquire", args=acquire_args(job)) for _ in range(2)]
+    held.wait_reached(120)
     wait_until(
         lambda: (
             PendingDelete.objects.filter(name__in=[d["name"] for d in doomed]).count()
@@ -77,7 +81,7 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
             job=job, state__in=[SandboxState.REQUESTED, SandboxState.CREATING]
         ).values_list("name", flat=True)
     )
-    answered_ok = RELEASED + sum(1 for c in calls if c.done() and c.result()["ok"])
+    answered_ok = sum(1 for c in calls if c.done() and c.result()["ok"])
     env.cluster.gates.release_all()  # the cluster goes on; only the service died
 
     restarted = time.monotonic()
