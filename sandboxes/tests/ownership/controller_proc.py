@@ -90,10 +90,14 @@ def main() -> None:
         say({"id": command["id"], "ok": True, "result": result})
 
     say({"ready": True})
-    with ThreadPoolExecutor(max_workers=int(os.environ.get("SANDMAN_TEST_WORKERS", "8"))) as pool:
+    # acquires in their own pool: a release or prewarm never queues behind a burst of them
+    workers = int(os.environ.get("SANDMAN_TEST_WORKERS", "8"))
+    with ThreadPoolExecutor(workers) as acquires, ThreadPoolExecutor(8) as others:
         for line in sys.stdin:
             if line.strip():
-                pool.submit(run, json.loads(line))
+                command = json.loads(line)
+                pool = acquires if command["op"] == "acquire" else others
+                pool.submit(run, command)
 
 
 def _kubernetes_provider() -> Any:
