@@ -3,7 +3,7 @@ FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     DJANGO_SETTINGS_MODULE=sandman_site.settings.production
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends git bubblewrap \
+    && apt-get install -y --no-install-recommends git bubblewrap slirp4netns \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md manage.py ./

@@ -16,6 +16,7 @@ import argparse
 import os
 from typing import List, NamedTuple, Optional, Sequence
 
+from .limits import Limits
 from .tokens import derive_token
 
 DEFAULT_STATE_MAX_COPY = 1 << 20
@@ -47,6 +48,7 @@ class Config(NamedTuple):
     bash: str
     test_hooks: bool
     verbose: bool
+    limits: Limits
 
 
 def _paths(text: Optional[str]) -> Optional[List[str]]:
@@ -122,6 +124,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     )
     p.add_argument("--max-body-bytes", type=int, default=64 << 20)
     p.add_argument("--max-file-bytes", type=int, default=32 << 20)
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds a kept-alive connection may idle",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds from a request's first byte to the end of its headers (then 408)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to receive a whole body, and to write an answer (then 408)",
+    )
+    p.add_argument(
+        "--max-connections", type=int, default=1024, help="open connections; more get 429"
+    )
     p.add_argument("--probe-egress-target", default="1.1.1.1:443")
     p.add_argument("--probe-egress-timeout", type=float, default=1.0)
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
@@ -169,4 +192,5 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         bash=a.bash,
         test_hooks=a.test_hooks,
         verbose=a.verbose,
+        limits=Limits(a.idle_timeout, a.header_timeout, a.body_timeout, a.max_connections),
     )

@@ -21,6 +21,7 @@ abandoned. Once ``stopping`` is set, a request cut short by the shutdown is logg
 without a traceback.
 """
 
+import io
 import json
 import logging
 import socket
@@ -30,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from . import __version__, protocol
+from . import __version__, limits, protocol
 from .app import App
 from .wire import ApiError
 
@@ -68,10 +69,12 @@ _REASONS = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     411: "Length Required",
     413: "Payload Too Large",
     422: "Unprocessable Entity",
+    429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
 }
@@ -103,6 +106,8 @@ class Server(ThreadingHTTPServer):
         thread = threading.Thread(target=self._connection, args=(request, client_address))
         thread.daemon = True
         with self._lock:
+            if not limits.admit(request, len(self._connections), self.app.cfg.limits):
+                return
             self._connections[thread] = request
         thread.start()
 
@@ -166,6 +171,43 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Every read has a deadline per request phase (limits.py), not a per-recv timeout.
+        self.rfile.close()
+        self.reader = limits.DeadlineReader(self.request, self.server.app.cfg.limits)  # type: ignore[attr-defined]
+        self.rfile = io.BufferedReader(self.reader, 65536)
+
+    def handle_one_request(self) -> None:
+        self.requestline = ""
+        self.reader.wait_request()
+        super().handle_one_request()
+        if self.reader.timed_out == limits.HEAD:  # slow-loris: tell it why, then close
+            self.close_connection = True
+            self.reader.answer()
+            self.request_version = "HTTP/1.1"
+            self.send_json(
+                408,
+                _error(
+                    "header_timeout",
+                    "the request line and headers must arrive within %gs"
+                    % self.server.app.cfg.limits.header_timeout,  # type: ignore[attr-defined]
+                ),
+            )
+
+    def send_error(
+        self, code: int, message: Optional[str] = None, explain: Optional[str] = None
+    ) -> None:
+        """http.server's own refusals (a request line over 64 KiB, a method with no
+        ``do_`` handler) as ``{error, detail}`` JSON; an unknown method is a 405."""
+        self.close_connection = True
+        self.request_version = "HTTP/1.1"
+        if code == 414:
+            self.send_json(414, _error("uri_too_long", "the request line is over 64 KiB"))
+        elif code == 501:
+            self.send_json(
+                405, _error("method_not_allowed", "execd does not take %s" % self.command[:32])
+            )
+        else:
+            self.send_json(code, _error("bad_request", message or "the request was refused"))
 
     def parse_request(self) -> bool:
         """Request line and headers, without the email package: the stock parser
@@ -205,9 +247,11 @@ class Handler(BaseHTTPRequestHandler):
             )
             return False
         self.headers = headers  # type: ignore[assignment]
+        self.reader.answer()
         if (
             headers.get("expect", "").lower() == "100-continue"
             and self.request_version != "HTTP/1.0"
+            and _length_fits(headers, self.server.app.cfg.max_body_bytes)  # type: ignore[attr-defined]
         ):
             self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits for it on big bodies
         tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
@@ -235,8 +279,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         app = self.server.app  # type: ignore[attr-defined]
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         try:
+            if query and limits.credential_in_query(query):
+                self.requestline = limits.redact_query(self.requestline)
+                self.close_connection = True  # its body, if any, is left unread
+                raise ApiError(
+                    400,
+                    "token_in_query",
+                    "send the token as Authorization: Bearer <token>, never in the URL",
+                )
             raw = self._read_body(app.cfg.max_body_bytes)
             route = ROUTES.get((method, path))
             credentials = self.headers.get("Authorization")
@@ -277,7 +329,22 @@ class Handler(BaseHTTPRequestHandler):
         if n < 0 or n > limit:
             self.close_connection = True
             raise ApiError(413, "too_large", "the body may have at most %d bytes" % limit)
-        return self.rfile.read(n) if n else b""
+        if not n:
+            return b""
+        self.reader.expect_body()
+        try:
+            raw = self.rfile.read(n)
+        except limits.RequestTimeout as e:
+            self.close_connection = True
+            raise ApiError(
+                408, "body_timeout", "the %d-byte body did not arrive within %gs" % (n, e.limit)
+            ) from None
+        finally:
+            self.reader.answer()
+        if len(raw) < n:
+            self.close_connection = True
+            raise ApiError(400, "short_body", "the body ended after %d of %d bytes" % (len(raw), n))
+        return raw
 
     def send_json(self, status: int, obj: Dict[str, Any]) -> None:
         body = json.dumps(obj).encode()
@@ -296,6 +363,11 @@ class Handler(BaseHTTPRequestHandler):
 
 def _error(code: str, detail: str) -> Dict[str, Any]:
     return protocol.ErrorAnswer(code, detail).to_json()
+
+
+def _length_fits(headers: "Headers", limit: int) -> bool:
+    length = headers.get("content-length", "")
+    return length.isdigit() and int(length) <= limit
 
 
 def _decode(raw: bytes) -> Any:

@@ -1,7 +1,8 @@
 """DRF exception handler: every error leaves as ``{"error": code, "detail": sentence}``.
 
 Sandman errors carry their own code and status; DRF's own errors (validation, auth,
-404, method) are mapped to stable codes. Anything else is left to Django (a 500 is a bug).
+404, method) are mapped to stable codes; a database outage is a 503 (``dbguard.py``).
+Anything else is left to Django (a 500 is a bug).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from sandman_site.dbguard import OUTAGE_ERRORS, outage_body
 from sandman_site.errors import SandmanError
 
 _DRF_CODES = {
@@ -52,6 +54,8 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         if exc.extra:
             error["extra"] = exc.extra
         return Response(error, status=exc.status)
+    if isinstance(exc, OUTAGE_ERRORS):  # PostgreSQL restarting or unreachable (dbguard.py)
+        return Response(outage_body(), status=503, headers={"Retry-After": "1"})
     if isinstance(exc, RequestDataTooBig):  # a body over DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(
             {"error": "too_large", "detail": "The request body is too large."}, status=413

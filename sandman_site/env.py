@@ -59,7 +59,12 @@ SQLITE_OPTIONS = {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command"
 
 
 def database_from_url(
-    url: str, *, sqlite_default: Path, pool_max: int = 0, pool_min: int = 4
+    url: str,
+    *,
+    sqlite_default: Path,
+    pool_max: int = 0,
+    pool_min: int = 4,
+    pool_timeout_s: float = 10.0,
 ) -> dict:
     """Translate ``DATABASE_URL`` into a Django ``DATABASES['default']`` entry.
 
@@ -108,5 +113,11 @@ def database_from_url(
         # before lending it, so CONN_HEALTH_CHECKS has nothing left to do.
         entry["CONN_MAX_AGE"] = 0
         entry["CONN_HEALTH_CHECKS"] = False
-        query["pool"] = {"min_size": min(pool_min, pool_max), "max_size": pool_max, "timeout": 30}
+        # ``timeout``: how long a request waits for a connection, also while PostgreSQL is
+        # down (the pool cannot reconnect); then OperationalError, answered 503 (dbguard.py).
+        query["pool"] = {
+            "min_size": min(pool_min, pool_max),
+            "max_size": pool_max,
+            "timeout": pool_timeout_s,
+        }
     return entry

@@ -5,6 +5,8 @@ set -euo pipefail
 sandman_system_packages() {
     local need=()
     command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+    command -v slirp4netns >/dev/null 2>&1 || need+=(slirp4netns)  # egress-allow sandboxes
+    command -v ip >/dev/null 2>&1 || need+=(iproute2)  # the egress tests' own test host
     command -v git >/dev/null 2>&1 || need+=(git)
     # The sample task set's suites run the image's python3 -m pytest (grading/samples.py).
     /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || need+=(python3-pytest)

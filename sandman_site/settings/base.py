@@ -45,6 +45,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "sandman_site.dbguard.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "sandman_site.urls"
@@ -73,6 +74,7 @@ DATABASES = {
         # PostgreSQL connection pool per process (psycopg_pool); 0 turns it off.
         pool_max=env_int("SANDMAN_DB_POOL_MAX", 32),
         pool_min=env_int("SANDMAN_DB_POOL_MIN", 4),
+        pool_timeout_s=env_float("SANDMAN_DB_POOL_TIMEOUT_S", 10.0),
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -152,6 +154,10 @@ SANDMAN_K8S_WATCH_TIMEOUT_S = env_int("SANDMAN_K8S_WATCH_TIMEOUT_S", 300)
 SANDMAN_K8S_VERIFY_HEALTH = env_bool("SANDMAN_K8S_VERIFY_HEALTH", True)
 SANDMAN_K8S_WORKSPACE = env_str("SANDMAN_K8S_WORKSPACE", "/workspace")
 SANDMAN_K8S_DROP_ALL_CAPABILITIES = env_bool("SANDMAN_K8S_DROP_ALL_CAPABILITIES", False)
+# The cluster's pod and service ranges, excluded (with 169.254.169.254/32) from the egress
+# of egress-allowed sandboxes: `manage.py render_networkpolicy` (comma-separated CIDRs).
+SANDMAN_K8S_POD_CIDRS = env_str("SANDMAN_K8S_POD_CIDRS", "10.244.0.0/16")
+SANDMAN_K8S_SERVICE_CIDRS = env_str("SANDMAN_K8S_SERVICE_CIDRS", "10.96.0.0/12")
 SANDMAN_IMAGES_DIR = Path(env_str("SANDMAN_IMAGES_DIR", str(VAR_DIR / "images")))
 SANDMAN_SANDBOX_ROOT = Path(env_str("SANDMAN_SANDBOX_ROOT", str(VAR_DIR / "sandboxes")))
 SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)

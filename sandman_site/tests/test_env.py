@@ -59,7 +59,7 @@ def test_typed_variables_refuse_garbage(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_postgres_gets_a_connection_pool_and_no_persistent_connections(tmp_path: Path) -> None:
     db = database_from_url("postgresql://u@/sandman?host=/s", sqlite_default=tmp_path, pool_max=32)
-    assert db["OPTIONS"]["pool"] == {"min_size": 4, "max_size": 32, "timeout": 30}
+    assert db["OPTIONS"]["pool"] == {"min_size": 4, "max_size": 32, "timeout": 10.0}
     assert db["CONN_MAX_AGE"] == 0  # each request hands its connection back to the pool
     small = database_from_url("postgresql://u@/s", sqlite_default=tmp_path, pool_max=2)
     assert small["OPTIONS"]["pool"]["min_size"] == 2

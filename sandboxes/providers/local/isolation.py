@@ -4,8 +4,8 @@ Launch chain, isolated (provider running as root)::
 
     sh (root: writes its pid to the cgroup's cgroup.procs)
       -> setpriv (drops to the sandbox uid/gid, no groups)
-        -> bwrap (user, mount, pid, ipc, uts, cgroup namespaces; net too when egress is
-                  denied; --die-with-parent --new-session --cap-drop ALL)
+        -> bwrap (user, mount, pid, ipc, uts, cgroup and net namespaces;
+                  --die-with-parent --new-session --cap-drop ALL)
           -> python3 sandbox_init.py -> python3 -m execd -> bash -> commands
 
 Why bwrap runs as the unprivileged host user and not as root with ``--uid``: a user
@@ -169,12 +169,13 @@ def bwrap_launch(
     execd_dir: Path,
     init_script: Path,
     workspace: Path,
-    deny_egress: bool,
+    own_network: bool,
     cgroup_views: tuple[tuple[str, str], ...],
     procs_files: tuple[str, ...],
     fds: dict[str, int],
 ) -> Launch:
-    """The argv that starts an isolated sandbox. ``fds``: token, ready, listen (deny)."""
+    """The argv that starts an isolated sandbox. ``fds``: token, ready, listen (own network),
+    usernet_exit (egress allowed: only inherited, see usernet.py)."""
     box = [
         bwrap,
         "--unshare-user",
@@ -194,7 +195,7 @@ def bwrap_launch(
         "ALL",
         "--clearenv",
     ]
-    if deny_egress:
+    if own_network:
         box.append("--unshare-net")
     for key, value in sandbox_env(marker, "/tmp").items():
         box += ["--setenv", key, value]
@@ -241,7 +242,7 @@ def bwrap_launch(
         "--run-dir",
         INSIDE_RUN,
     ]
-    if deny_egress:
+    if own_network:
         box += ["--listen-fd", str(fds["listen"])]
     argv = enter_cgroups(procs_files, drop_privileges(uid, gid) + box)
     return Launch(argv=argv, env={"PATH": SANDBOX_PATH}, cwd="/")

@@ -261,6 +261,11 @@ class LocalProvider:
                 "The job denies egress, but this host cannot give the sandbox its own network "
                 f"namespace ({runtime.reason}); refusing rather than running it unguarded."
             )
+        if spec.egress != "deny" and runtime.isolated and runtime.usernet is None:
+            raise GuardUnavailable(
+                "The job allows egress, but slirp4netns is not installed: without it an "
+                "isolated sandbox would have no network (and the host's is not offered)."
+            )
         if not (self.execd_dir / "execd" / "__main__.py").is_file():
             raise ProviderError(f"execd is not installed at {self.execd_dir / 'execd'}.")
 
@@ -343,6 +348,9 @@ class LocalProvider:
             "uid": self.uid if runtime.isolated else os.geteuid(),
             "cap_drop": "ALL" if runtime.isolated else None,
             "egress": "denied" if spec.egress == "deny" else "allowed",
+            "network": "none"
+            if spec.egress == "deny"
+            else ("usernet" if runtime.isolated else "host"),
             "cgroup": placement.version if placement else None,
             "workspace_limit_bytes": None,  # no quota on the local backend
         }
@@ -416,6 +424,9 @@ class LocalProvider:
             if live.ready_fd is not None:
                 os.close(live.ready_fd)
                 live.ready_fd = None
+            if live.usernet_exit is not None:
+                os.close(live.usernet_exit)
+                live.usernet_exit = None
         self._live.clear()
 
     # --- the rest of the Provider protocol: no owners, no anchors, no pending set ----------

@@ -15,7 +15,8 @@ Invariants:
   read); a sandbox whose limit cannot be written is not Ready.
 * The guards in ``ReadyInfo`` are read from the running sandbox's first process in /proc
   (its namespaces against ours, its host uid, its capabilities); an egress-denied sandbox
-  whose network namespace cannot be confirmed is not Ready.
+  whose network namespace cannot be confirmed is not Ready, and an isolated egress-allowed
+  one is not Ready before slirp4netns has configured its network (``usernet.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sandboxes.providers.base import Handle, ReadyInfo
-from sandboxes.providers.local import isolation, procs, records
+from sandboxes.providers.local import isolation, procs, records, usernet
 from sandboxes.providers.local.runtime import Runtime
 from sandboxes.providers.local.spawn import Live
 from sandman_site.errors import SandboxNotReady
@@ -179,6 +180,8 @@ class ReadinessWaiter:
             timeline["address_assigned"] = self._clock()
             record.address = address
             records.write(directory, record)
+            if live.usernet_exit is not None:
+                await self._attach_usernet(record, live, directory, deadline)
         if not address:
             raise _not_ready(name, "no address is known (started by another process?)", directory)
         while not await self._health(handle, address, ""):
@@ -192,6 +195,26 @@ class ReadinessWaiter:
             guards.update(await self._apply_cpu_limit(record, directory))
         timeline["ready"] = self._clock()
         return self._confirmed(name, directory, record, address, guards, timeline)
+
+    async def _attach_usernet(
+        self, record: records.SandboxRecord, live: Live, directory: Path, deadline: float
+    ) -> None:
+        """slirp4netns on the sandbox's network namespace (execd listens: bwrap is done)."""
+        exit_fd, live.usernet_exit = live.usernet_exit, None
+        assert exit_fd is not None
+        slirp = (await self._runtime()).usernet
+        init = _first_sandbox_process(record)
+        if slirp is None or init is None:
+            os.close(exit_fd)
+            why = "slirp4netns is missing" if slirp is None else "its processes are gone"
+            raise _not_ready(record.name, f"its network cannot be attached: {why}", directory)
+        log_path = str(directory / "private" / "usernet.log")
+        try:
+            live.usernet = await usernet.attach(
+                slirp, init, exit_fd, log_path, deadline - self._monotonic()
+            )
+        except OSError as exc:
+            raise _not_ready(record.name, str(exc), directory) from exc
 
     def _confirmed(
         self,
@@ -212,8 +235,12 @@ class ReadinessWaiter:
                 name, "its first process vanished while its guards were read", directory
             )
         guards.update(measured)
-        guards["egress"] = "denied" if measured.get("net_ns") else "allowed"
-        if record.egress == "deny" and not measured.get("net_ns"):
+        guards["egress"] = "denied" if record.egress == "deny" else "allowed"
+        if record.egress == "deny":
+            guards["network"] = "none"
+        else:  # isolated: the outside world through slirp4netns; plain: the host's own
+            guards["network"] = "usernet" if measured.get("net_ns") else "host"
+        if record.isolated and not measured.get("net_ns"):
             raise _not_ready(name, "its network namespace could not be confirmed", directory)
         record.guards = guards
         record.timeline = {k: records.stamp(v) for k, v in timeline.items()}

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandboxes.providers.local import cgroups, isolation
+from sandboxes.providers.local import cgroups, isolation, usernet
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ class Runtime:
     python: isolation.Python
     cgroups: cgroups.CgroupDriver | None
     reason: str = ""  # why isolation is off, when it is
+    usernet: str | None = None  # slirp4netns, when isolated: egress-allowed sandboxes need it
 
 
 def _isolation_blocker(
@@ -77,7 +78,10 @@ def detect(
         python = isolation.resolve_python(execd_python, isolated=False)
     driver = cgroups.detect() if use_cgroups else None
     _precompile(python, execd_dir)
-    return Runtime(isolated=not reason, python=python, cgroups=driver, reason=reason)
+    slirp = usernet.find() if not reason else None
+    if not reason and slirp is None:
+        log.warning("slirp4netns is missing: egress-allowed sandboxes will be refused")
+    return Runtime(isolated=not reason, python=python, cgroups=driver, reason=reason, usernet=slirp)
 
 
 def _precompile(python: isolation.Python, execd_dir: Path) -> None:

@@ -9,7 +9,7 @@ The provider talks to it through three inherited file descriptors:
   when ``--unlink-token`` is given, so a command cannot read it from the file system.
 * ``--ready-fd``: one line goes back, ``listening on HOST:PORT`` or ``failed: REASON``,
   then the descriptor is closed.
-* ``--listen-fd`` (egress-denied sandboxes only): a TCP socket the provider created and
+* ``--listen-fd`` (every isolated sandbox): a TCP socket the provider created and
   bound in the HOST network namespace. The sandbox itself lives in an empty network
   namespace, so execd's own port is unreachable from the host; this process accepts on
   the host socket and relays each connection to execd's loopback port. A listening

@@ -30,6 +30,10 @@ class Live:
     popen: subprocess.Popen[bytes]
     ready_fd: int | None
     timeline: dict[str, dt.datetime] = field(default_factory=dict)
+    # egress-allowed isolated sandboxes: the exit pipe's read end until slirp4netns takes
+    # it (usernet.py), then slirp4netns itself, which teardown reaps
+    usernet_exit: int | None = None
+    usernet: subprocess.Popen[bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class Plan:
     marker: str  # SANDMAN_SANDBOX in the sandbox's environment
 
 
-def _launch(spec: SandboxSpec, plan: Plan, deny: bool, fds: dict[str, int]) -> isolation.Launch:
+def _launch(spec: SandboxSpec, plan: Plan, fds: dict[str, int]) -> isolation.Launch:
     procs_files = plan.placement.procs_files if plan.placement else ()
     if plan.runtime.isolated:
         return isolation.bwrap_launch(
@@ -59,7 +63,7 @@ def _launch(spec: SandboxSpec, plan: Plan, deny: bool, fds: dict[str, int]) -> i
             execd_dir=plan.execd_dir,
             init_script=INIT_SCRIPT,
             workspace=plan.directory / "workspace",
-            deny_egress=deny,
+            own_network=True,
             cgroup_views=plan.placement.views if plan.placement else (),
             procs_files=procs_files,
             fds=fds,
@@ -79,21 +83,27 @@ def _launch(spec: SandboxSpec, plan: Plan, deny: bool, fds: dict[str, int]) -> i
 
 
 def spawn(spec: SandboxSpec, plan: Plan, now: dt.datetime) -> Live:
-    deny = spec.egress == "deny"
+    """Start the chain. Isolated, every sandbox has its own network namespace (egress
+    denied: nothing more; allowed: slirp4netns is attached once execd listens, usernet.py)."""
+    own_network = plan.runtime.isolated
     token_r, token_w = os.pipe()
     ready_r, ready_w = os.pipe()
+    exit_r = exit_w = -1
     listener = None
     log_fd = -1
     try:
         os.write(token_w, spec.token.encode())  # a token is far below a pipe's capacity
         fds = {"token": token_r, "ready": ready_w}
-        if deny:
+        if own_network and spec.egress != "deny":
+            exit_r, exit_w = os.pipe()  # the write end lives only in the sandbox's chain
+            fds["usernet_exit"] = exit_w
+        if own_network:
             # Bound in the HOST network namespace; the sandbox's init relays it to execd.
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind(("127.0.0.1", 0))
             listener.listen(128)
             fds["listen"] = listener.fileno()
-        launch = _launch(spec, plan, deny, fds)
+        launch = _launch(spec, plan, fds)
         log_fd = os.open(
             plan.directory / "private" / "execd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
@@ -109,12 +119,19 @@ def spawn(spec: SandboxSpec, plan: Plan, now: dt.datetime) -> Live:
         )
     except BaseException:
         os.close(ready_r)
+        if exit_r >= 0:
+            os.close(exit_r)
         raise
     finally:
-        for fd in (token_r, token_w, ready_w, log_fd):
+        for fd in (token_r, token_w, ready_w, log_fd, exit_w):
             if fd >= 0:
                 os.close(fd)
         if listener is not None:
             listener.close()
     os.set_blocking(ready_r, False)
-    return Live(popen=popen, ready_fd=ready_r, timeline={"api_created": now, "started": now})
+    return Live(
+        popen=popen,
+        ready_fd=ready_r,
+        timeline={"api_created": now, "started": now},
+        usernet_exit=exit_r if exit_r >= 0 else None,
+    )

@@ -1,7 +1,8 @@
 """``destroy`` for the local backend: kill the whole tree, reap, remove cgroup and files.
 
 Order (each step idempotent, so a retried destroy resumes where a failed one stopped):
-1. Stop the first process. Isolated: SIGKILL bubblewrap's child, PID 1 of the sandbox's
+1. Stop the first process (then reap slirp4netns, which exits with the sandbox).
+   Isolated: SIGKILL bubblewrap's child, PID 1 of the sandbox's
    PID namespace; the kernel kills the rest of the namespace and bubblewrap, having
    reaped its child, exits (SIGKILL for bubblewrap only if it does not). Plain: SIGTERM
    the init, which SIGKILLs and reaps every descendant (it is their subreaper), then
@@ -29,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from sandboxes.providers.base import Handle
-from sandboxes.providers.local import cgroups, procs, records
+from sandboxes.providers.local import cgroups, procs, records, usernet
 from sandboxes.providers.local.locks import NameLocks
 from sandboxes.providers.local.runtime import Runtime
 from sandboxes.providers.local.spawn import Live
@@ -82,6 +83,12 @@ class Teardown:
             os.close(live.ready_fd)
             live.ready_fd = None
         await self._stop_first_process(record, live)
+        if live is not None and live.usernet_exit is not None:
+            os.close(live.usernet_exit)
+            live.usernet_exit = None
+        if live is not None and live.usernet is not None:  # exits with the sandbox; reap it
+            await usernet.stop(live.usernet)
+            live.usernet = None
         if runtime.cgroups is not None:
             group = self._host_id(name)
             try:

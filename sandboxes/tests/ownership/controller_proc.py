@@ -5,7 +5,11 @@
 * ``SANDMAN_TEST_DB_NAME`` -- the test database's NAME (the SQLite file or the PostgreSQL
   test database; everything else comes from the same settings as the test process);
 * ``SANDMAN_TEST_K8S_URL`` -- the stand-in cluster's URL (it runs in the test process);
-* ``SANDMAN_TEST_NAMESPACE`` -- the sandbox namespace.
+  or ``SANDMAN_TEST_LOCAL_ROOT`` / ``SANDMAN_TEST_LOCAL_IMAGES`` (and optionally
+  ``SANDMAN_TEST_LOCAL_ISOLATION``) for the local backend instead;
+* ``SANDMAN_TEST_NAMESPACE`` -- the sandbox namespace;
+* ``SANDMAN_TEST_WORKERS`` (default 8) -- commands run at once (a burst's concurrency);
+* ``SANDMAN_TEST_VERIFY_HEALTH`` (default 1) -- 0 when the stand-in runs no execd.
 
 It prints ``{"ready": true}`` once its controller has started (reconcile done), then
 answers one JSON command per stdin line, each in a thread of its own so that an acquire
@@ -40,23 +44,20 @@ def main() -> None:
     django.setup()
 
     from sandboxes.controller import Controller, PrewarmKey
-    from sandboxes.providers.kubernetes import (
-        KubernetesConfig,
-        KubernetesProvider,
-        build_api_client,
-    )
 
-    config = KubernetesConfig(
-        namespace=os.environ["SANDMAN_TEST_NAMESPACE"],
-        retry_pending_in_background=False,
-        destroy_attempts=1,
-        max_workers=8,
-    )
-    provider = KubernetesProvider(
-        config,
-        api_client=build_api_client(config, host=os.environ["SANDMAN_TEST_K8S_URL"]),
-        backoff=lambda attempt: 0.0,
-    )
+    provider: Any
+    if os.environ.get("SANDMAN_TEST_LOCAL_ROOT"):  # the local backend instead of the stand-in
+        from pathlib import Path
+
+        from sandboxes.providers.local import LocalProvider
+
+        provider = LocalProvider(
+            root=Path(os.environ["SANDMAN_TEST_LOCAL_ROOT"]),
+            images_dir=Path(os.environ["SANDMAN_TEST_LOCAL_IMAGES"]),
+            isolation_mode=os.environ.get("SANDMAN_TEST_LOCAL_ISOLATION", "off"),
+        )
+    else:
+        provider = _kubernetes_provider()
     controller = Controller(provider=provider, sweep_interval_s=0, maintenance_interval_s=None)
     controller.start()
     lock = threading.Lock()
@@ -89,10 +90,35 @@ def main() -> None:
         say({"id": command["id"], "ok": True, "result": result})
 
     say({"ready": True})
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    # acquires in their own pool: a release or prewarm never queues behind a burst of them
+    workers = int(os.environ.get("SANDMAN_TEST_WORKERS", "8"))
+    with ThreadPoolExecutor(workers) as acquires, ThreadPoolExecutor(8) as others:
         for line in sys.stdin:
             if line.strip():
-                pool.submit(run, json.loads(line))
+                command = json.loads(line)
+                pool = acquires if command["op"] == "acquire" else others
+                pool.submit(run, command)
+
+
+def _kubernetes_provider() -> Any:
+    from sandboxes.providers.kubernetes import (
+        KubernetesConfig,
+        KubernetesProvider,
+        build_api_client,
+    )
+
+    config = KubernetesConfig(
+        namespace=os.environ["SANDMAN_TEST_NAMESPACE"],
+        retry_pending_in_background=False,
+        destroy_attempts=1,
+        max_workers=8,
+        verify_health=os.environ.get("SANDMAN_TEST_VERIFY_HEALTH", "1") == "1",
+    )
+    return KubernetesProvider(
+        config,
+        api_client=build_api_client(config, host=os.environ["SANDMAN_TEST_K8S_URL"]),
+        backoff=lambda attempt: 0.0,
+    )
 
 
 if __name__ == "__main__":
