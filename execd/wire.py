@@ -78,6 +78,8 @@ def _exec(req: ExecRequest) -> ExecRequest:
     no_nul("command", req.command)
     if req.timeout_s is not None and not (0 < req.timeout_s <= 7 * 86400):
         raise ApiError(400, "bad_value", "timeout_s must be > 0 and at most one week")
+    if req.max_output_bytes is not None and req.max_output_bytes < 0:
+        raise ApiError(400, "bad_value", "max_output_bytes must not be negative")
     if req.cwd is not None:
         no_nul("cwd", req.cwd)
         if "\n" in req.cwd:

@@ -167,6 +167,9 @@ class RunResult:
     truncated: bool = False
     duration_ms: float = 0.0
     error: str | None = None
+    timed_out: bool = False  # execd's timeout, not a command's own exit 124
+    shell_restarted: bool = False
+    error_code: str | None = None  # execd.protocol.ERROR_CODES
 
     @property
     def ok(self) -> bool:
@@ -285,9 +288,24 @@ class Sandbox:
     def health(self) -> dict[str, Any]:
         return self._execd_json(HealthAnswer.from_json, "GET", "/health")[1]
 
-    def run(self, command: str, *, timeout_s: float = 300.0, cwd: str | None = None) -> RunResult:
-        """Run one command in the sandbox's persistent shell."""
-        payload = ExecRequest(command, timeout_s=timeout_s, cwd=cwd).to_json()
+    def run(
+        self,
+        command: str,
+        *,
+        timeout_s: float = 300.0,
+        cwd: str | None = None,
+        isolate: bool = False,
+        max_output_bytes: int | None = None,
+    ) -> RunResult:
+        """Run one command in the sandbox's persistent shell; ``cwd`` for this call only,
+        ``isolate``: in a subshell whose ``cd``, ``export`` or ``exit`` do not last."""
+        payload = ExecRequest(
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            isolate=isolate or None,
+            max_output_bytes=max_output_bytes,
+        ).to_json()
         # The HTTP wait must outlast execd's own timeout so execd's answer arrives.
         answer, _ = self._execd_json(
             ExecAnswer.from_json, "POST", "/exec", payload, timeout_s=timeout_s + 30.0
@@ -299,6 +317,9 @@ class Sandbox:
             truncated=answer.truncated,
             duration_ms=answer.duration_ms,
             error=answer.error,
+            timed_out=answer.timed_out,
+            shell_restarted=answer.shell_restarted,
+            error_code=answer.error_code,
         )
 
     def read(
