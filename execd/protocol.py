@@ -53,7 +53,11 @@ class ReadRequest(NamedTuple):
 
 
 class ReadBytesRequest(NamedTuple):
+    """``length`` bytes from ``offset`` (to the end of the file when None)."""
+
     path: str
+    offset: int = 0
+    length: Optional[int] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -204,10 +208,15 @@ class ReadAnswer(NamedTuple):
 
 
 class ReadBytesAnswer(NamedTuple):
+    """The bytes from ``offset``; ``size`` and ``sha256`` describe the WHOLE file, and
+    ``complete`` says the answer holds all of it."""
+
     path: str
     content_b64: str
     size: int
     sha256: str
+    offset: int = 0
+    complete: bool = True
 
     def data(self) -> bytes:
         """The file's exact bytes."""

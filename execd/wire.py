@@ -18,6 +18,7 @@ from .protocol import (
     EnvRequest,
     ErrorAnswer,
     ExecRequest,
+    ReadBytesRequest,
     ReadRequest,
     WriteRequest,
 )
@@ -95,6 +96,12 @@ def _read(req: ReadRequest) -> ReadRequest:
     return req
 
 
+def _read_bytes(req: ReadBytesRequest) -> ReadBytesRequest:
+    if req.offset < 0 or (req.length is not None and req.length < 0):
+        raise ApiError(400, "bad_value", "offset and length must not be negative")
+    return req
+
+
 def _write(req: WriteRequest) -> WriteRequest:
     if (req.content is None) == (req.content_b64 is None):
         raise ApiError(400, "bad_request", "give exactly one of content and content_b64")
@@ -145,6 +152,7 @@ def _is_name(name: str) -> bool:
 _VALIDATORS: Dict[type, Callable[[Any], Any]] = {
     ExecRequest: _exec,
     ReadRequest: _read,
+    ReadBytesRequest: _read_bytes,
     WriteRequest: _write,
     EnvRequest: _env,
 }

@@ -189,9 +189,13 @@ class ReadResult:
 
 @dataclass(frozen=True)
 class BytesResult:
+    """``data`` from ``offset``; ``size`` and ``sha256`` are the WHOLE file's."""
+
     data: bytes
     size: int
     sha256: str
+    offset: int = 0
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -331,9 +335,10 @@ class Sandbox:
         answer, body = self._execd_json(ReadAnswer.from_json, "POST", "/files/read", payload)
         return ReadResult(content=answer.content, size=answer.size, sha256=answer.sha256, raw=body)
 
-    def read_bytes(self, path: str) -> BytesResult:
-        """The exact bytes of a file (base64 in execd's JSON answer)."""
-        payload = ReadBytesRequest(path).to_json()
+    def read_bytes(self, path: str, *, offset: int = 0, length: int | None = None) -> BytesResult:
+        """The exact bytes of a file, or ``length`` of them from ``offset`` (base64 in
+        execd's JSON answer); ``size``/``sha256`` are the whole file's."""
+        payload = ReadBytesRequest(path, offset, length).to_json()
         answer, body = self._execd_json(
             ReadBytesAnswer.from_json, "POST", "/files/read_bytes", payload
         )
@@ -341,7 +346,13 @@ class Sandbox:
             data = answer.data()
         except ProtocolError as exc:
             raise SandmanClientError(200, "bad_response", str(exc), body) from exc
-        return BytesResult(data=data, size=answer.size, sha256=answer.sha256)
+        return BytesResult(
+            data=data,
+            size=answer.size,
+            sha256=answer.sha256,
+            offset=answer.offset,
+            complete=answer.complete,
+        )
 
     def write(
         self,

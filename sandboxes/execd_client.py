@@ -215,9 +215,11 @@ class ExecdClient:
         body = ReadRequest(path, start_line=start_line, max_lines=max_lines).to_json()
         return await self._call(ReadAnswer.from_json, "POST", "/files/read", body)
 
-    async def read_bytes(self, path: str) -> ReadBytesAnswer:
-        """``.data()`` on the answer gives the exact bytes."""
-        body = ReadBytesRequest(path).to_json()
+    async def read_bytes(
+        self, path: str, *, offset: int = 0, length: int | None = None
+    ) -> ReadBytesAnswer:
+        """``.data()`` on the answer gives the exact bytes (``length`` from ``offset``)."""
+        body = ReadBytesRequest(path, offset, length).to_json()
         return await self._call(ReadBytesAnswer.from_json, "POST", "/files/read_bytes", body)
 
     async def write(

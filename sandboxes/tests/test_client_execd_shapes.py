@@ -88,6 +88,10 @@ def test_run_passes_isolate_cwd_and_output_cap_and_reads_the_failure_fields(exec
     assert (late.exit_code, late.timed_out, late.error_code) == (124, True, "timeout")
     refused = sb.run("echo 'open")
     assert refused.error_code == "syntax_error" and "unexpected EOF" in refused.output
+    sb.write("r.bin", b"0123456789")
+    part = sb.read_bytes("r.bin", offset=2, length=3)
+    assert (part.data, part.size, part.offset, part.complete) == (b"234", 10, 2, False)
+    assert part.sha256 == hashlib.sha256(b"0123456789").hexdigest()
     sb._conn.close()  # type: ignore[union-attr]
 
 
