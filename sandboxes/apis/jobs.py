@@ -33,6 +33,7 @@ from sandboxes.apis.common import (
     prewarm_key,
 )
 from sandboxes.models import Job
+from sandboxes.services.jobs import job_delete
 from sandboxes.states import Egress, Role, SandboxSource
 
 
@@ -196,7 +197,8 @@ class JobCollectionApi(JobCreateApi, JobListApi):
 
 
 class JobDetailApi(JsonApiView):
-    """GET /api/v1/jobs/{id}/ — one job with its live, warm and creating counts."""
+    """GET /api/v1/jobs/{id}/ — one job with its live, warm and creating counts;
+    DELETE — forget a drained job and its records (409 ``job_not_drained`` before)."""
 
     OutputSerializer = JobOutputSerializer
 
@@ -204,6 +206,12 @@ class JobDetailApi(JsonApiView):
     def get(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         return Response(JobDetailApi.OutputSerializer(job).data)
+
+    @extend_schema(operation_id="job_delete", responses={204: None})
+    def delete(self, request: Request, job_id: int) -> Response:
+        selectors.job_get_for_user(user=request.user, job_id=job_id)
+        job_delete(job_id=job_id)
+        return Response(status=204)
 
 
 # --- acquire / prewarm / drain ------------------------------------------------------------
