@@ -552,6 +552,10 @@ class Job:
         """Delete everything of the job; returns at once (202)."""
         return self.client._call("POST", f"/api/v1/jobs/{self.id}/drain/", {})
 
+    def delete(self) -> None:
+        """Forget the job once drained (409 ``job_not_drained`` before)."""
+        self.client._call("DELETE", f"/api/v1/jobs/{self.id}/")
+
     def sandboxes(self, *, state: str | None = None, role: str | None = None) -> list[dict]:
         return self.client.sandboxes(job=self.id, state=state, role=role)
 
