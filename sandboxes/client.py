@@ -471,8 +471,8 @@ class Sandbox:
                 idempotency_key=uuid.uuid4().hex,
             )
         except SandmanClientError as exc:
-            if exc.code not in ("already_released", "sandbox_lost"):
-                raise
+            if exc.code != "already_released":  # released before, or reclaimed meanwhile
+                raise  # (a lost sandbox's 409 sandbox_lost stays an error: it says why)
         self._released = True
 
     def renew(self, ttl_s: float) -> str:
