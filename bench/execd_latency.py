@@ -5,6 +5,7 @@ hits both alike):
 - N ``POST /exec {"command": "echo hi"}`` over ONE keep-alive HTTP connection
   (token check and syntax check included, as in production);
 - N ``subprocess.run(["bash", "-c", "echo hi"])``, the fork-per-command baseline.
+- N ``echo hi`` with ``isolate: true`` (issue 14), interleaved with the plain calls.
 Also reports the RSS of an idle execd and the latency of a 1 MiB answer.
 
 Writes bench/results/execd_latency.json and prints it.
@@ -92,8 +93,9 @@ class Execd:
         self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         self.headers = {"Authorization": "Bearer bench-token", "Content-Type": "application/json"}
 
-    def exec(self, command: str) -> dict[str, Any]:
-        self.conn.request("POST", "/exec", json.dumps({"command": command}), self.headers)
+    def exec(self, command: str, **extra: Any) -> dict[str, Any]:
+        body = json.dumps({"command": command, **extra})
+        self.conn.request("POST", "/exec", body, self.headers)
         resp = self.conn.getresponse()
         body = json.loads(resp.read())
         assert resp.status == 200 and body["exit_code"] == 0, body
@@ -129,6 +131,7 @@ def main() -> dict[str, Any]:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--block", type=int, default=50)
     ap.add_argument("--mib-calls", type=int, default=50)
+    ap.add_argument("--out", default=OUT, help="where the JSON goes")
     args = ap.parse_args()
     info = machine()
     with tempfile.TemporaryDirectory(prefix="execd-bench-") as tmp:
@@ -138,10 +141,12 @@ def main() -> dict[str, Any]:
                 d.exec("echo hi")
                 subprocess.run(["bash", "-c", "echo hi"], capture_output=True, check=True)
             idle = status_kib(d.proc.pid)
-            execd_t, base_t = [], []  # type: List[float], List[float]
+            execd_t, base_t, iso_t = [], [], []  # type: List[float], List[float], List[float]
             while len(execd_t) < args.calls:
                 for _ in range(min(args.block, args.calls - len(execd_t))):
                     execd_t.append(timed(lambda: d.exec("echo hi")))
+                for _ in range(min(args.block, args.calls - len(iso_t))):
+                    iso_t.append(timed(lambda: d.exec("echo hi", isolate=True)))
                 for _ in range(min(args.block, args.calls - len(base_t))):
                     base_t.append(
                         timed(
@@ -164,7 +169,7 @@ def main() -> dict[str, Any]:
             after = status_kib(d.proc.pid)
         finally:
             d.stop()
-    ex, base = summary(execd_t), summary(base_t)
+    ex, base, iso = summary(execd_t), summary(base_t), summary(iso_t)
     result = {
         "benchmark": "execd_latency",
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -181,6 +186,13 @@ def main() -> dict[str, Any]:
             "baseline_bash_c": base,
             "speedup_p50": round(base["p50_ms"] / ex["p50_ms"], 2),
             "speedup_mean": round(base["mean_ms"] / ex["mean_ms"], 2),
+        },
+        "echo_hi_isolated": {
+            "note": 'POST /exec {"command": "echo hi", "isolate": true} (a subshell per '
+            "call: one fork of the persistent bash), interleaved with the plain calls above",
+            "execd_isolate": iso,
+            "over_plain_p50": round(iso["p50_ms"] / ex["p50_ms"] - 1.0, 3),
+            "over_plain_mean": round(iso["mean_ms"] / ex["mean_ms"] - 1.0, 3),
         },
         "one_mib_output": {
             "command": ONE_MIB_CMD,
@@ -203,10 +215,11 @@ def main() -> dict[str, Any]:
             "execd_p50_le_1ms": ex["p50_ms"] <= 1.0,
             "speedup_ge_2x": base["p50_ms"] / ex["p50_ms"] >= 2.0,
             "idle_rss_le_20MiB": idle["VmRSS_KiB"] <= 20 * 1024,
+            "isolated_le_10pct_over_plain_p50": iso["p50_ms"] <= 1.1 * ex["p50_ms"],
         },
     }
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
     print(json.dumps(result, indent=2))

@@ -206,9 +206,20 @@ class App:
             cwd = resolve(self.cfg.workspace, req.cwd)
             if not os.path.isdir(cwd):
                 raise ApiError(400, "bad_cwd", "cwd %s is not an existing directory" % cwd)
+        limit = self.cfg.max_output_bytes
+        if req.max_output_bytes is not None and req.max_output_bytes > limit:
+            raise ApiError(
+                400,
+                "bad_value",
+                "max_output_bytes may be at most %d (this sandbox's limit)" % limit,
+                limit=limit,
+            )
         timeout = req.timeout_s if req.timeout_s is not None else self.cfg.default_timeout
         try:
-            return self.shell.run(req.command, timeout, cwd, hooks).to_json()
+            answer = self.shell.run(
+                req.command, timeout, cwd, hooks, bool(req.isolate), req.max_output_bytes
+            )
+            return answer.to_json()
         except Busy:
             raise _busy() from None
 

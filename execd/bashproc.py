@@ -20,7 +20,11 @@ protocol):
    process the command starts can be found, even after setsid), and sources
    ``command`` at top level (so ``declare`` stays global) with stdin from
    /dev/null, stderr joined to stdout (the output pipe) and the status fd
-   closed.
+   closed (``isolate``: sources it in a subshell instead, so the call cannot
+   change the shell's state). A cwd given for the call is left again after it
+   (the shell's own directory is kept), and notices of jobs that ended since
+   the last command are consumed before it starts, so they never reach the
+   output of a later command.
 4. It then writes ``<marker> <kind> <status>\\n`` with ``\\builtin printf`` to
    the status pipe (fd 40). Output and status never share a channel.
 
@@ -83,6 +87,7 @@ fi
 }
 __sm_pre() {
 __sm_a=; __sm_off
+\builtin jobs -n >/dev/null 2>&1
 if \builtin shopt -q extglob; then __sm_g=; else __sm_g=1; \builtin shopt -s extglob; fi
 \builtin source "$__sm_d/check" 2>&42; __sm_r=$?
 if [[ $__sm_r != 0 ]]; then
@@ -91,6 +96,7 @@ if [[ $__sm_r != 0 ]]; then
 \builtin printf '%s s %d\n' "$__sm_m" "$__sm_r" >&40; __sm_restore; \builtin return 1
 fi
 [[ -n $__sm_g ]] && \builtin shopt -u extglob
+[[ -n $__sm_c ]] && __sm_o=$PWD __sm_p=$OLDPWD
 if [[ -n $__sm_c ]] && ! \builtin cd -- "$__sm_c" 2>|"$__sm_d/check.err"; then
 \builtin printf '%s c 1\n' "$__sm_m" >&40; __sm_restore; \builtin return 1
 fi
@@ -101,6 +107,7 @@ __sm_post() {
 __sm_in=
 [[ -n $__sm_a && $__sm_t != *T* ]] && \builtin set +T
 __sm_off
+[[ -n $__sm_c ]] && { \builtin cd -- "$__sm_o"; OLDPWD=$__sm_p; }
 \builtin printf '%s x %d\n' "$__sm_m" "$__sm_r" >&40
 __sm_x=; [[ $__sm_f == *x* ]] && __sm_x=x
 __sm_f=${__sm_f//x/}; __sm_restore
@@ -119,10 +126,16 @@ _DRIVE = (
     r""" __sm_r=$?; [[ -z $__sm_a ]] || \builtin trap - DEBUG; __sm_post; }; } 2>&42;"""
     r""" \builtin :"""
 )
+# ``isolate``: the same file sourced in a subshell, which sees the shell's variables,
+# functions and cwd but cannot change them; ``exit`` or ``set -e`` ends the subshell only.
+_DRIVE_ISOLATED = _DRIVE.replace(
+    r"""\builtin source "$__sm_d/command" 2>&1""", r"""( \builtin source "$__sm_d/command" ) 2>&1"""
+)
 
 # Test hook only (--test-hooks): the status fd stays open inside the command,
 # so a test can write forged, empty or cut-off frames (Table A25, forced cases).
 _DRIVE_EXPOSED = _DRIVE.replace(" 40>&-", "")
+_DRIVE_ISOLATED_EXPOSED = _DRIVE_ISOLATED.replace(" 40>&-", "")
 
 
 def _fionread(fd: int) -> int:
@@ -198,6 +211,8 @@ class BashProcess:
             _FUNCTIONS,
             "readonly __sm_drive=%s" % q(_DRIVE),
             "readonly __sm_drive_t=%s" % q(_DRIVE_EXPOSED if hooks else _DRIVE),
+            "readonly __sm_drive_i=%s" % q(_DRIVE_ISOLATED),
+            "readonly __sm_drive_ti=%s" % q(_DRIVE_ISOLATED_EXPOSED if hooks else _DRIVE_ISOLATED),
             "set -m",
             "",
         ]
@@ -215,8 +230,11 @@ class BashProcess:
             os.pwrite(fd, data, 0)
             os.ftruncate(fd, len(data))
 
-    def control_line(self, marker: str, cwd: str, expose_status_fd: bool) -> str:
-        drive = "__sm_drive_t" if expose_status_fd else "__sm_drive"
+    def control_line(
+        self, marker: str, cwd: str, expose_status_fd: bool, isolate: bool = False
+    ) -> str:
+        drive = "__sm_drive_" + ("t" if expose_status_fd else "") + ("i" if isolate else "")
+        drive = drive.rstrip("_")
         return '__sm_m=%s __sm_c=%s;\\builtin eval "$%s"\n' % (
             marker,
             shlex.quote(cwd) if cwd else "",
@@ -256,6 +274,11 @@ class BashProcess:
 
     def status_pending(self) -> int:
         return _fionread(self.status_r)
+
+    def scrub(self, text: str) -> str:
+        """Bash names the sourced command file in its messages and ``$BASH_SOURCE``; say
+        ``bash`` there, as ``bash -c`` does, so execd's private path never shows."""
+        return text.replace(os.path.join(self.run_dir, "command"), "bash")
 
     def check_error(self) -> str:
         path = os.path.join(self.run_dir, "check.err")

@@ -36,6 +36,7 @@ class Config(NamedTuple):
     state_copy_budget_bytes: int
     default_timeout: float
     output_cap: int
+    max_output_bytes: int
     kill_grace: float
     max_body_bytes: int
     max_file_bytes: int
@@ -118,7 +119,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p.add_argument("--state-max-copy-bytes", type=int, default=DEFAULT_STATE_MAX_COPY)
     p.add_argument("--state-copy-budget-bytes", type=int, default=DEFAULT_STATE_BUDGET)
     p.add_argument("--default-timeout", type=float, default=300.0)
-    p.add_argument("--output-cap", type=int, default=100 * 1024)
+    p.add_argument(
+        "--output-cap", type=int, default=100 * 1024, help="output bytes kept per command"
+    )
+    p.add_argument(
+        "--max-output-bytes",
+        type=int,
+        default=16 << 20,
+        help="the most a call may ask for with max_output_bytes (the job's limit)",
+    )
     p.add_argument(
         "--kill-grace", type=float, default=1.0, help="seconds between SIGTERM and SIGKILL"
     )
@@ -180,6 +189,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         state_copy_budget_bytes=a.state_copy_budget_bytes,
         default_timeout=a.default_timeout,
         output_cap=a.output_cap,
+        max_output_bytes=max(a.max_output_bytes, a.output_cap),
         kill_grace=a.kill_grace,
         max_body_bytes=a.max_body_bytes,
         max_file_bytes=a.max_file_bytes,

@@ -9,7 +9,11 @@ Choices, so an editor can round-trip any file it is given:
   it cannot write back unchanged (``line_endings``, ``bare_cr``, ``bom``).
   A file that is not valid UTF-8 is refused (422 ``not_utf8``) with a pointer
   to /files/read_bytes - never decoded with replacement characters.
-- ``read_bytes`` returns the exact bytes, base64, with size and SHA-256.
+- ``read_bytes`` returns the exact bytes, base64, of the whole file or of the range
+  ``offset``/``length`` (so a file past the size limit is read in ranges), with the
+  WHOLE file's size and SHA-256.
+- A FIFO, socket or device is refused (400 ``not_a_regular_file``) before any
+  blocking ``open``: a read never leaves a thread waiting for a writer.
 - ``write`` is atomic: a temp file in the same directory, fsync, the old
   file's mode (and owner where permitted) applied, ``os.replace``, fsync of
   the directory. With ``expected_sha256`` it refuses (409 ``sha_mismatch``)
@@ -47,9 +51,15 @@ class Files:
         self.max_file_bytes = max_file_bytes
         self._write_lock = threading.Lock()
 
-    def _open_regular(self, path: str) -> Tuple[Any, os.stat_result]:
+    def _open_regular(self, path: str, check_size: bool = True) -> Tuple[Any, os.stat_result]:
+        """The file opened for reading, refused (400) unless it is a regular file.
+
+        A FIFO, socket or device is refused from ``stat`` before any ``open``, and the open
+        itself is non-blocking (a FIFO swapped in after the ``stat`` cannot stall it), so
+        no request thread ever waits in ``open`` for a writer that never comes."""
         try:
-            f = open(path, "rb")
+            _refuse_special(path, os.stat(path))
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             raise ApiError(404, "not_found", "%s does not exist" % path) from None
         except IsADirectoryError:
@@ -58,19 +68,22 @@ class Files:
             raise ApiError(403, "permission_denied", "execd may not read %s" % path) from None
         except OSError as e:
             raise ApiError(400, "unreadable", "cannot open %s: %s" % (path, e.strerror)) from None
-        st = os.fstat(f.fileno())
-        if stat.S_ISDIR(st.st_mode):
-            f.close()
-            raise ApiError(400, "is_a_directory", "%s is a directory, not a file" % path)
-        if not stat.S_ISREG(st.st_mode):
-            f.close()
-            raise ApiError(400, "not_a_regular_file", "%s is not a regular file" % path)
-        if st.st_size > self.max_file_bytes:
+        st = os.fstat(fd)
+        try:
+            _refuse_special(path, st)
+        except ApiError:
+            os.close(fd)
+            raise
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+        if check_size and st.st_size > self.max_file_bytes:
             f.close()
             raise ApiError(
                 413,
                 "too_large",
-                "%s has %d bytes; the limit is %d" % (path, st.st_size, self.max_file_bytes),
+                "%s has %d bytes; the limit is %d (read it in ranges with /files/read_bytes "
+                "offset and length)" % (path, st.st_size, self.max_file_bytes),
+                limit=self.max_file_bytes,
             )
         return f, st
 
@@ -129,15 +142,37 @@ class Files:
         )
 
     def read_bytes(self, req: ReadBytesRequest) -> ReadBytesAnswer:
+        """``length`` bytes from ``offset`` (to the end when None); at most
+        ``max_file_bytes`` per call, while ``size`` and ``sha256`` are the WHOLE file's."""
         path = resolve(self.workspace, req.path)
-        f, _st = self._open_regular(path)
+        f, st = self._open_regular(path, check_size=False)
         with f:
-            data = f.read()
+            want = req.length if req.length is not None else max(0, st.st_size - req.offset)
+            if want > self.max_file_bytes:
+                raise ApiError(
+                    413,
+                    "too_large",
+                    "%d bytes asked of %s; one read returns at most %d (send offset and length)"
+                    % (want, path, self.max_file_bytes),
+                    limit=self.max_file_bytes,
+                )
+            sha = hashlib.sha256()
+            parts = []
+            pos = 0
+            for block in iter(lambda: f.read(CHUNK), b""):
+                sha.update(block)
+                lo, hi = max(req.offset - pos, 0), min(req.offset + want - pos, len(block))
+                if lo < hi:
+                    parts.append(block[lo:hi])
+                pos += len(block)
+        data = b"".join(parts)
         return ReadBytesAnswer(
             path=path,
             content_b64=base64.b64encode(data).decode("ascii"),
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            size=pos,
+            sha256=sha.hexdigest(),
+            offset=req.offset,
+            complete=req.offset == 0 and len(data) == pos,
         )
 
     def write(self, req: WriteRequest) -> WriteAnswer:
@@ -183,6 +218,22 @@ class Files:
         return WriteAnswer(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _refuse_special(path: str, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise ApiError(400, "is_a_directory", "%s is a directory, not a file" % path)
+    for test, kind in _SPECIAL:
+        if test(st.st_mode):
+            raise ApiError(400, "not_a_regular_file", "%s is %s, not a regular file" % (path, kind))
+
+
 def _existing(path: str) -> Optional[os.stat_result]:
     try:
         st = os.stat(path)
@@ -190,10 +241,7 @@ def _existing(path: str) -> Optional[os.stat_result]:
         return None
     except OSError as e:
         raise ApiError(400, "unreadable", "cannot stat %s: %s" % (path, e.strerror)) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ApiError(400, "is_a_directory", "%s is a directory, not a file" % path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ApiError(400, "not_a_regular_file", "%s is not a regular file" % path)
+    _refuse_special(path, st)
     return st
 
 

@@ -28,10 +28,16 @@ _json = as_json
 
 
 class ExecRequest(NamedTuple):
+    """``cwd`` applies to this call only (the shell's own directory is kept); ``isolate``
+    runs the command in a subshell that sees the shell's state but cannot change it;
+    ``max_output_bytes`` caps this call's output (at most execd's --max-output-bytes)."""
+
     command: str
     timeout_s: Optional[float] = None
     cwd: Optional[str] = None
     test_hooks: Optional[Dict[str, Any]] = None
+    isolate: Optional[bool] = None
+    max_output_bytes: Optional[int] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -47,7 +53,11 @@ class ReadRequest(NamedTuple):
 
 
 class ReadBytesRequest(NamedTuple):
+    """``length`` bytes from ``offset`` (to the end of the file when None)."""
+
     path: str
+    offset: int = 0
+    length: Optional[int] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -137,7 +147,9 @@ class HealthAnswer(NamedTuple):
 
 
 class ExecAnswer(NamedTuple):
-    """``error`` (absent when None) says why the shell could not give a clean status."""
+    """``error`` (absent when None) says why the shell could not give a clean status, and
+    ``error_code`` (absent when None) is the same for machines: one of ``ERROR_CODES``.
+    ``timed_out`` is true only for execd's own timeout, never for a command's exit 124."""
 
     exit_code: int
     output: str
@@ -147,6 +159,8 @@ class ExecAnswer(NamedTuple):
     duration_ms: float
     shell_restarted: bool
     error: Optional[str] = None
+    timed_out: bool = False
+    error_code: Optional[str] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -154,6 +168,20 @@ class ExecAnswer(NamedTuple):
     @classmethod
     def from_json(cls, obj: Any) -> "ExecAnswer":
         return answer(cls, "POST /exec", obj)
+
+
+# ExecAnswer.error_code values: execd's timeout; bash refused the syntax (nothing ran); the
+# call's cwd could not be entered; the shell exited or was killed during the command; the
+# status channel carried an invalid frame; /reset or execd's shutdown cut the command short.
+ERROR_CODES = (
+    "timeout",
+    "syntax_error",
+    "cwd_failed",
+    "shell_died",
+    "invalid_frame",
+    "reset",
+    "stopping",
+)
 
 
 class ReadAnswer(NamedTuple):
@@ -180,10 +208,15 @@ class ReadAnswer(NamedTuple):
 
 
 class ReadBytesAnswer(NamedTuple):
+    """The bytes from ``offset``; ``size`` and ``sha256`` describe the WHOLE file, and
+    ``complete`` says the answer holds all of it."""
+
     path: str
     content_b64: str
     size: int
     sha256: str
+    offset: int = 0
+    complete: bool = True
 
     def data(self) -> bytes:
         """The file's exact bytes."""

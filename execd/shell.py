@@ -17,7 +17,6 @@ Invariants:
 import logging
 import os
 import select
-import signal
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
@@ -26,6 +25,7 @@ from .bashproc import BashProcess
 from .frames import FrameError, FrameParser, OutputCapture
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
+from .timeouts import Timeout
 
 if TYPE_CHECKING:  # names used in annotations only
     from .frames import Frame
@@ -150,17 +150,31 @@ class Shell:
     # -- commands ------------------------------------------------------------
 
     def run(
-        self, command: str, timeout_s: float, cwd: str = "", hooks: Optional[Dict[str, Any]] = None
+        self,
+        command: str,
+        timeout_s: float,
+        cwd: str = "",
+        hooks: Optional[Dict[str, Any]] = None,
+        isolate: bool = False,
+        output_cap: Optional[int] = None,
     ) -> ExecAnswer:
+        """``cwd`` for this call only; ``isolate``: in a subshell; ``output_cap``: this
+        call's cap on kept output bytes (execd's --output-cap when None)."""
         if not self._busy.acquire(blocking=False):
             raise Busy()
         try:
-            return self._run_locked(command, timeout_s, cwd, hooks or {})
+            return self._run_locked(command, timeout_s, cwd, hooks or {}, isolate, output_cap)
         finally:
             self._busy.release()
 
     def _run_locked(
-        self, command: str, timeout_s: float, cwd: str, hooks: Dict[str, Any]
+        self,
+        command: str,
+        timeout_s: float,
+        cwd: str,
+        hooks: Dict[str, Any],
+        isolate: bool = False,
+        output_cap: Optional[int] = None,
     ) -> ExecAnswer:
         started = self.clock()
         restarted = False
@@ -170,13 +184,14 @@ class Shell:
         proc = self._proc
         assert proc is not None
         marker = os.urandom(8).hex()
-        capture = OutputCapture(self.output_cap)
+        capture = OutputCapture(self.output_cap if output_cap is None else output_cap)
         proc.stage(command)
         since = boot_ticks()
         proc.begin()
         try:
             try:
-                proc.send(proc.control_line(marker, cwd, bool(hooks.get("expose_status_fd"))))
+                exposed = bool(hooks.get("expose_status_fd"))
+                proc.send(proc.control_line(marker, cwd, exposed, isolate))
             except BrokenPipeError:
                 outcome = _Outcome()
                 outcome.died = True
@@ -191,7 +206,12 @@ class Shell:
                 )
         finally:
             proc.end()
-        return self._result(proc, outcome, capture, started, timeout_s, restarted)
+        result = self._result(proc, outcome, capture, started, timeout_s, restarted)
+        if outcome.timed_out and not result.shell_restarted and command != ":":
+            # bash prints the notices of the jobs the timeout killed when its next command
+            # starts: let that be this no-op, whose output nobody sees.
+            self._run_locked(":", 5.0, "", {})
+        return result
 
     def _exchange(
         self,
@@ -206,12 +226,14 @@ class Shell:
         out = _Outcome()
         parser = FrameParser(marker)
         fds = [proc.out_r, proc.status_r] + ([proc.pidfd] if proc.pidfd is not None else [])
-        timeout = None  # type: Optional[_Timeout]
+        timeout = None  # type: Optional[Timeout]
         while True:
             now = self.clock()
             if timeout is None and now >= deadline:
                 out.timed_out = True
-                timeout = _Timeout(self, proc.pid, marker, since, now)
+                timeout = Timeout(
+                    self.tracker, self.kill_grace, self.clock, proc.pid, marker, since, now
+                )
             wait = (deadline if timeout is None else timeout.next_step) - now
             if proc.pidfd is None:
                 wait = min(wait, 0.05)  # no pidfd: poll for the shell's death
@@ -261,9 +283,10 @@ class Shell:
         timeout_s: float,
         restarted: bool,
     ) -> ExecAnswer:
-        code, error = -1, None  # type: int, Optional[str]
+        code, error, error_code = -1, None, None  # type: int, Optional[str], Optional[str]
+        output = proc.scrub(capture.text())
         if o.timed_out:
-            code = 124
+            code, error_code = 124, "timeout"
             error = "command timed out after %gs; killed %d process(es) it started" % (
                 timeout_s,
                 len(o.killed),
@@ -274,20 +297,28 @@ class Shell:
             code = o.frame.status
             if o.frame.kind == "s":
                 error = proc.check_error() or "bash refused the command's syntax"
+                output, error_code = error + "\n", "syntax_error"  # what bash would print
             elif o.frame.kind == "c":
                 error = "cd failed: %s" % (proc.check_error() or "cwd is not usable")
+                error_code = "cwd_failed"
         elif o.frame_error is not None and not o.died:
             error = "invalid status frame (%s)" % o.frame_error
+            error_code = "invalid_frame"
         if self._resetting:  # /reset killed the command (and restarts the shell itself)
             error = _join(error, "interrupted by /reset")
+            error_code = "reset"
         elif self._closing:  # execd is stopping: no new shell
             error = _join(error, "interrupted: execd is stopping")
+            error_code = "stopping"
         elif o.died or o.gave_up or o.frame is None:
             rc = proc.wait_exit(1.0)  # status EOF can precede the exit becoming visible
             killed = self._restart()["signalled"]
             restarted = True
             if o.died and not o.timed_out:
                 code, error = _shell_death(rc, o.frame_error)
+                error_code = "shell_died"
+            elif error_code is None:
+                error_code = "invalid_frame"
             error = _join(
                 error,
                 "killed %d leftover process(es) and started a new shell "
@@ -295,13 +326,15 @@ class Shell:
             )
         return ExecAnswer(
             exit_code=code,
-            output=capture.text(),
-            output_bytes=capture.total,
+            output=output,
+            output_bytes=capture.total if error_code != "syntax_error" else len(output.encode()),
             truncated=capture.dropped > 0,
             dropped_bytes=capture.dropped,
             duration_ms=round((self.clock() - started) * 1000.0, 3),
             error=error,
             shell_restarted=restarted,
+            timed_out=o.timed_out,
+            error_code=error_code,
         )
 
     def internal(self, command: str, out_name: str, timeout_s: float = 30.0) -> bytes:
@@ -335,57 +368,3 @@ def _shell_death(rc: Optional[int], frame_error: Optional[str]) -> Tuple[int, st
     how = "was killed by signal %d" % -rc if rc < 0 else "exited with status %d" % rc
     detail = " (%s)" % frame_error if frame_error else ""
     return (128 - rc if rc < 0 else rc), "the shell %s%s" % (how, detail)
-
-
-class _Timeout(object):
-    """Stops a command past its deadline: SIGURG makes the shell return from the
-    sourced command; the command's processes get SIGTERM, then SIGKILL after the
-    grace period. Gives up (shell restart) if no frame follows."""
-
-    STEP = 0.05
-
-    def __init__(self, shell: Shell, shell_pid: int, marker: str, since: int, now: float) -> None:
-        self.shell = shell
-        self.shell_pid = shell_pid
-        self.marker = marker
-        self.since = since
-        self.kill_at = now + shell.kill_grace
-        self.give_up_at = self.kill_at + max(1.0, shell.kill_grace)
-        self.signalled = {}  # type: Dict[int, int]
-        self.next_step = now
-        self.step(now)
-
-    def _targets(self) -> Dict[int, Any]:
-        return self.shell.tracker.command_processes(self.marker, self.shell_pid, self.since)
-
-    def step(self, now: float) -> bool:
-        if now < self.next_step:
-            return False
-        self.next_step = now + self.STEP
-        sig = signal.SIGTERM if now < self.kill_at else signal.SIGKILL
-        try:  # first, so the shell returns before it could start the next command
-            os.kill(self.shell_pid, signal.SIGURG)
-        except OSError:
-            pass
-        for pid, info in self._targets().items():
-            if pid in self.signalled and sig == signal.SIGTERM:
-                continue  # TERM once; KILL every step until it is gone
-            self.signalled[pid] = info.starttime
-            for send, target in ((os.kill, pid), (os.killpg, info.pgid)):
-                if send is os.killpg and info.pgid in (os.getpgrp(), self.shell_pid):
-                    continue
-                try:
-                    send(target, sig)
-                    if sig == signal.SIGTERM:
-                        send(target, signal.SIGCONT)  # a stopped process cannot act on TERM
-                except OSError:
-                    pass
-        return now >= self.give_up_at
-
-    def finish(self) -> List[int]:
-        """After the frame: make sure nothing the command started survives."""
-        grace = max(0.0, self.kill_at - self.shell.clock())
-        report = kill_processes(
-            self._targets, grace, {os.getpgrp(), self.shell_pid}, self.shell.reaper, None
-        )
-        return sorted(set(self.signalled) | set(report["signalled"]))

@@ -18,6 +18,7 @@ from .protocol import (
     EnvRequest,
     ErrorAnswer,
     ExecRequest,
+    ReadBytesRequest,
     ReadRequest,
     WriteRequest,
 )
@@ -78,6 +79,8 @@ def _exec(req: ExecRequest) -> ExecRequest:
     no_nul("command", req.command)
     if req.timeout_s is not None and not (0 < req.timeout_s <= 7 * 86400):
         raise ApiError(400, "bad_value", "timeout_s must be > 0 and at most one week")
+    if req.max_output_bytes is not None and req.max_output_bytes < 0:
+        raise ApiError(400, "bad_value", "max_output_bytes must not be negative")
     if req.cwd is not None:
         no_nul("cwd", req.cwd)
         if "\n" in req.cwd:
@@ -90,6 +93,12 @@ def _read(req: ReadRequest) -> ReadRequest:
         raise ApiError(400, "bad_value", "start_line counts from 1")
     if req.max_lines is not None and req.max_lines < 0:
         raise ApiError(400, "bad_value", "max_lines must not be negative")
+    return req
+
+
+def _read_bytes(req: ReadBytesRequest) -> ReadBytesRequest:
+    if req.offset < 0 or (req.length is not None and req.length < 0):
+        raise ApiError(400, "bad_value", "offset and length must not be negative")
     return req
 
 
@@ -143,6 +152,7 @@ def _is_name(name: str) -> bool:
 _VALIDATORS: Dict[type, Callable[[Any], Any]] = {
     ExecRequest: _exec,
     ReadRequest: _read,
+    ReadBytesRequest: _read_bytes,
     WriteRequest: _write,
     EnvRequest: _env,
 }

@@ -20,7 +20,15 @@ Rules a reader must not break:
   per thread (``http.client`` connections are not thread-safe).
 * A request is retried once, and only when a REUSED keep-alive connection turned out
   to be closed by the server before any answer (the usual idle-close race); a fresh
-  connection's failure is raised as it is.
+  connection's failure is raised as it is. Acquire and release carry an
+  ``Idempotency-Key`` (one per call) and are retried on connection errors and timeouts
+  with that same key: the service answers a retry with the first call's sandbox, never a
+  second one, and a retried release is a no-op.
+* A ``Sandbox`` is safe to share between threads: each thread talks to execd on its own
+  connection (execd answers a second concurrent command 409 ``busy``).
+* A sandbox the service took back (its lifetime ran out, or its backend lost it) raises
+  ``SandboxReclaimed`` with the service's reason, not a connection error; ``release()``
+  of a released or reclaimed sandbox is a no-op.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -68,6 +77,17 @@ class SandmanClientError(Exception):
         self.code = code
         self.detail = detail
         self.body = body
+
+
+class SandboxReclaimed(SandmanClientError):
+    """The service took the sandbox back (``reason``: e.g. ``max_lifetime``)."""
+
+    def __init__(self, sandbox_id: int, state: str, reason: str) -> None:
+        detail = f"sandbox {sandbox_id} was reclaimed by the service ({reason}; now {state})"
+        super().__init__(410, "reclaimed", detail, {"state": state, "reason": reason})
+        self.sandbox_id = sandbox_id
+        self.state = state
+        self.reason = reason
 
 
 # --- HTTP plumbing --------------------------------------------------------------------------
@@ -167,6 +187,9 @@ class RunResult:
     truncated: bool = False
     duration_ms: float = 0.0
     error: str | None = None
+    timed_out: bool = False  # execd's timeout, not a command's own exit 124
+    shell_restarted: bool = False
+    error_code: str | None = None  # execd.protocol.ERROR_CODES
 
     @property
     def ok(self) -> bool:
@@ -186,9 +209,13 @@ class ReadResult:
 
 @dataclass(frozen=True)
 class BytesResult:
+    """``data`` from ``offset``; ``size`` and ``sha256`` are the WHOLE file's."""
+
     data: bytes
     size: int
     sha256: str
+    offset: int = 0
+    complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -223,7 +250,9 @@ class Sandbox:
         self.wait_ms = wait_ms
         self.queue_ms = queue_ms
         self._token = token
-        self._conn: _Connection | None = None
+        self._local = threading.local()  # this thread's execd connection
+        self._conns: list[_Connection] = []
+        self._conns_lock = threading.Lock()
         self._released = False
         self.verdict: str | None = None
 
@@ -250,18 +279,56 @@ class Sandbox:
             # Keep the block's own error; the failed release rides along as a note.
             exc.add_note(f"and releasing sandbox {self.sandbox_id} failed: {failed}")
 
+    @property
+    def _conn(self) -> _Connection | None:
+        """This thread's execd connection (None before its first call)."""
+        return getattr(self._local, "conn", None)
+
+    def _close_connections(self) -> None:
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
     def _execd(
         self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
     ) -> tuple[int, dict[str, str], bytes]:
-        if self._conn is None:
+        conn = self._conn
+        if conn is None:
             host, port = _split_address(self.address)
-            self._conn = _Connection(host, port, https=False, timeout_s=self.client.timeout_s)
+            conn = _Connection(host, port, https=False, timeout_s=self.client.timeout_s)
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         body = None
         if payload is not None:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
-        return self._conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
+        try:
+            return conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
+        except SandmanClientError as exc:
+            if exc.status == 0 and exc.code == "connection_failed":
+                self._raise_if_reclaimed(exc)
+            raise
+
+    def _raise_if_reclaimed(self, cause: SandmanClientError) -> None:
+        """execd is unreachable: if the service no longer counts the sandbox as ours,
+        say why (``SandboxReclaimed``); otherwise the connection error stands."""
+        try:
+            row = self.client.sandbox(self.sandbox_id)
+        except SandmanClientError:
+            return
+        state = str(row.get("state", ""))
+        if state == "in_use":
+            return
+        reason = str(row.get("failure_reason") or "")
+        for event in reversed(row.get("events") or []):
+            if event.get("kind") == "reclaimed":
+                reason = str((event.get("detail") or {}).get("reason") or reason)
+                break
+        raise SandboxReclaimed(self.sandbox_id, state, reason or state) from cause
 
     def _execd_json(
         self,
@@ -285,9 +352,24 @@ class Sandbox:
     def health(self) -> dict[str, Any]:
         return self._execd_json(HealthAnswer.from_json, "GET", "/health")[1]
 
-    def run(self, command: str, *, timeout_s: float = 300.0, cwd: str | None = None) -> RunResult:
-        """Run one command in the sandbox's persistent shell."""
-        payload = ExecRequest(command, timeout_s=timeout_s, cwd=cwd).to_json()
+    def run(
+        self,
+        command: str,
+        *,
+        timeout_s: float = 300.0,
+        cwd: str | None = None,
+        isolate: bool = False,
+        max_output_bytes: int | None = None,
+    ) -> RunResult:
+        """Run one command in the sandbox's persistent shell; ``cwd`` for this call only,
+        ``isolate``: in a subshell whose ``cd``, ``export`` or ``exit`` do not last."""
+        payload = ExecRequest(
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            isolate=isolate or None,
+            max_output_bytes=max_output_bytes,
+        ).to_json()
         # The HTTP wait must outlast execd's own timeout so execd's answer arrives.
         answer, _ = self._execd_json(
             ExecAnswer.from_json, "POST", "/exec", payload, timeout_s=timeout_s + 30.0
@@ -299,6 +381,9 @@ class Sandbox:
             truncated=answer.truncated,
             duration_ms=answer.duration_ms,
             error=answer.error,
+            timed_out=answer.timed_out,
+            shell_restarted=answer.shell_restarted,
+            error_code=answer.error_code,
         )
 
     def read(
@@ -310,9 +395,10 @@ class Sandbox:
         answer, body = self._execd_json(ReadAnswer.from_json, "POST", "/files/read", payload)
         return ReadResult(content=answer.content, size=answer.size, sha256=answer.sha256, raw=body)
 
-    def read_bytes(self, path: str) -> BytesResult:
-        """The exact bytes of a file (base64 in execd's JSON answer)."""
-        payload = ReadBytesRequest(path).to_json()
+    def read_bytes(self, path: str, *, offset: int = 0, length: int | None = None) -> BytesResult:
+        """The exact bytes of a file, or ``length`` of them from ``offset`` (base64 in
+        execd's JSON answer); ``size``/``sha256`` are the whole file's."""
+        payload = ReadBytesRequest(path, offset, length).to_json()
         answer, body = self._execd_json(
             ReadBytesAnswer.from_json, "POST", "/files/read_bytes", payload
         )
@@ -320,7 +406,13 @@ class Sandbox:
             data = answer.data()
         except ProtocolError as exc:
             raise SandmanClientError(200, "bad_response", str(exc), body) from exc
-        return BytesResult(data=data, size=answer.size, sha256=answer.sha256)
+        return BytesResult(
+            data=data,
+            size=answer.size,
+            sha256=answer.sha256,
+            offset=answer.offset,
+            complete=answer.complete,
+        )
 
     def write(
         self,
@@ -359,10 +451,11 @@ class Sandbox:
         patch_sha256: str | None = None,
         suite: str | None = None,
     ) -> None:
-        """Give the sandbox back (once); closes the execd connection."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Give the sandbox back; closes the execd connections. Idempotent: a second call,
+        or a release of a sandbox the service already took back, does nothing."""
+        if self._released:
+            return
+        self._close_connections()
         outcome: dict[str, Any] | None = None
         if verdict is not None:
             outcome = {"verdict": verdict}
@@ -370,12 +463,25 @@ class Sandbox:
                 outcome["patch_sha256"] = patch_sha256
             if suite is not None:
                 outcome["suite"] = suite
-        self.client._call(
-            "POST",
-            f"/api/v1/sandboxes/{self.sandbox_id}/release/",
-            {"outcome": outcome} if outcome else {},
-        )
+        try:
+            self.client._call(
+                "POST",
+                f"/api/v1/sandboxes/{self.sandbox_id}/release/",
+                {"outcome": outcome} if outcome else {},
+                idempotency_key=uuid.uuid4().hex,
+            )
+        except SandmanClientError as exc:
+            if exc.code != "already_released":  # released before, or reclaimed meanwhile
+                raise  # (a lost sandbox's 409 sandbox_lost stays an error: it says why)
         self._released = True
+
+    def renew(self, ttl_s: float) -> str:
+        """Keep the sandbox at least ``ttl_s`` more seconds before the service reclaims it
+        at its job's ``max_lifetime_s``; returns the new deadline (ISO 8601)."""
+        answer = self.client._call(
+            "POST", f"/api/v1/sandboxes/{self.sandbox_id}/renew/", {"ttl_s": ttl_s}
+        )
+        return str(answer["expires_at"])
 
     @property
     def released(self) -> bool:
@@ -421,7 +527,11 @@ class Job:
             payload["timeout_s"] = timeout_s
         http_timeout = None if timeout_s is None else max(self.client.timeout_s, timeout_s + 30.0)
         body = self.client._call(
-            "POST", f"/api/v1/jobs/{self.id}/acquire/", payload, timeout_s=http_timeout
+            "POST",
+            f"/api/v1/jobs/{self.id}/acquire/",
+            payload,
+            timeout_s=http_timeout,
+            idempotency_key=uuid.uuid4().hex,
         )
         return Sandbox(
             self.client,
@@ -441,6 +551,10 @@ class Job:
     def drain(self) -> dict[str, Any]:
         """Delete everything of the job; returns at once (202)."""
         return self.client._call("POST", f"/api/v1/jobs/{self.id}/drain/", {})
+
+    def delete(self) -> None:
+        """Forget the job once drained (409 ``job_not_drained`` before)."""
+        self.client._call("DELETE", f"/api/v1/jobs/{self.id}/")
 
     def sandboxes(self, *, state: str | None = None, role: str | None = None) -> list[dict]:
         return self.client.sandboxes(job=self.id, state=state, role=role)
@@ -525,6 +639,8 @@ class Grading:
 class Client:
     """Sandman's REST API at ``base_url`` with a DRF token (``Authorization: Token``)."""
 
+    RETRIES = 3  # resends of a keyed call after a connection error
+
     def __init__(self, base_url: str, token: str, *, timeout_s: float = 600.0) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -572,8 +688,13 @@ class Client:
         *,
         query: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        idempotency_key: str | None = None,
     ) -> Any:
+        """One REST call; with ``idempotency_key`` it is resent (same key) after a
+        connection error or timeout, up to ``RETRIES`` times."""
         headers = {"Authorization": f"Token {self._token}", "Accept": "application/json"}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
         body = None
         if payload is not None:
             body = json.dumps(payload).encode()
@@ -583,9 +704,17 @@ class Client:
             clean = {k: v for k, v in query.items() if v is not None}
             if clean:
                 url += "?" + urlencode(clean)
-        status, _, data = self._connection().request(
-            method, url, body=body, headers=headers, timeout_s=timeout_s or self.timeout_s
-        )
+        for attempt in range(self.RETRIES + 1):
+            try:
+                status, _, data = self._connection().request(
+                    method, url, body=body, headers=headers, timeout_s=timeout_s or self.timeout_s
+                )
+                break
+            except SandmanClientError as exc:
+                retry = exc.status == 0 and exc.code in ("connection_failed", "timeout")
+                if idempotency_key is None or not retry or attempt == self.RETRIES:
+                    raise
+                time.sleep(0.1 * 2**attempt)  # back off: the server may be restarting
         decoded = _decode(status, data)
         _raise_for(status, decoded)
         return decoded

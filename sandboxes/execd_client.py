@@ -189,10 +189,23 @@ class ExecdClient:
         return await self._call(HealthAnswer.from_json, "GET", "/health", None, timeout_s)
 
     async def exec(
-        self, command: str, *, timeout_s: float | None = None, cwd: str | None = None
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        isolate: bool = False,
+        max_output_bytes: int | None = None,
     ) -> ExecAnswer:
-        """One command in the persistent shell (execd's default timeout when None)."""
-        body = ExecRequest(command, timeout_s=timeout_s, cwd=cwd).to_json()
+        """One command in the persistent shell (execd's default timeout when None); ``cwd``
+        for this call only, ``isolate`` in a subshell that cannot change the shell."""
+        body = ExecRequest(
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            isolate=isolate or None,
+            max_output_bytes=max_output_bytes,
+        ).to_json()
         wait = (timeout_s if timeout_s is not None else 300.0) + EXEC_MARGIN_S
         return await self._call(ExecAnswer.from_json, "POST", "/exec", body, wait)
 
@@ -202,9 +215,11 @@ class ExecdClient:
         body = ReadRequest(path, start_line=start_line, max_lines=max_lines).to_json()
         return await self._call(ReadAnswer.from_json, "POST", "/files/read", body)
 
-    async def read_bytes(self, path: str) -> ReadBytesAnswer:
-        """``.data()`` on the answer gives the exact bytes."""
-        body = ReadBytesRequest(path).to_json()
+    async def read_bytes(
+        self, path: str, *, offset: int = 0, length: int | None = None
+    ) -> ReadBytesAnswer:
+        """``.data()`` on the answer gives the exact bytes (``length`` from ``offset``)."""
+        body = ReadBytesRequest(path, offset, length).to_json()
         return await self._call(ReadBytesAnswer.from_json, "POST", "/files/read_bytes", body)
 
     async def write(

@@ -114,6 +114,8 @@ class Sandbox(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     healthy_at = models.DateTimeField(null=True, blank=True)
     acquired_at = models.DateTimeField(null=True, blank=True)
+    # Seconds past the job's max_lifetime_s granted by renew (the reclaim adds them).
+    lifetime_extra_s = models.FloatField(default=0.0)
     released_at = models.DateTimeField(null=True, blank=True)
     deleting_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
@@ -290,3 +292,25 @@ class LearnerStep(models.Model):
             models.UniqueConstraint(fields=["job", "step"], name="learner_step_job_step")
         ]
         indexes = [models.Index(fields=["job", "wait_start"])]
+
+
+class IdempotentCall(models.Model):
+    """The recorded answer of a REST call sent with an ``Idempotency-Key``: a retry with
+    the same key on the same route and scope (a job's acquire, a sandbox's release) gets
+    this answer instead of a second effect. Never holds a token (a replayed acquire reads
+    it from the sandbox row). Rows older than ``IDEMPOTENCY_TTL_S`` may be pruned."""
+
+    route = models.CharField(max_length=16)
+    scope = models.BigIntegerField()  # the job id (acquire) or the sandbox id (release)
+    key = models.CharField(max_length=200)
+    sandbox_id = models.BigIntegerField(null=True, blank=True)
+    answer = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["route", "scope", "key"], name="idempotent_call_route_scope_key"
+            )
+        ]
+        indexes = [models.Index(fields=["created_at"])]

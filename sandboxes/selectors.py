@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
 
-from sandboxes.models import Acquisition, Job, Sandbox, SandboxEvent
+from sandboxes.models import Acquisition, IdempotentCall, Job, Sandbox, SandboxEvent
 from sandboxes.states import SandboxState
 from sandman_site.errors import NotFound
 
@@ -181,3 +181,18 @@ def create_to_ready_histogram(*, bounds_s: Sequence[float]) -> Histogram:
         count=agg["n"],
         sum_s=sum_s,
     )
+
+
+def idempotent_answer(*, route: str, scope: int, key: str) -> dict[str, Any] | None:
+    """The recorded answer of an earlier call with this ``Idempotency-Key``, or None.
+
+    A recorded acquire gets its token back from the sandbox row (records never hold one).
+    """
+    row = IdempotentCall.objects.filter(route=route, scope=scope, key=key).first()
+    if row is None:
+        return None
+    answer = dict(row.answer)
+    if route == "acquire" and row.sandbox_id is not None:
+        token = Sandbox.objects.filter(pk=row.sandbox_id).values_list("token", flat=True).first()
+        answer["token"] = token or ""
+    return answer

@@ -11,7 +11,12 @@ from sandboxes.apis.jobs import (
     JobDrainApi,
     JobPrewarmApi,
 )
-from sandboxes.apis.sandboxes import SandboxDetailApi, SandboxListApi, SandboxReleaseApi
+from sandboxes.apis.sandboxes import (
+    SandboxDetailApi,
+    SandboxListApi,
+    SandboxReleaseApi,
+    SandboxRenewApi,
+)
 from sandboxes.apis.trajectories import (
     JobCriticalPathApi,
     JobLearnerStepsApi,
@@ -36,4 +41,5 @@ urlpatterns = [
     path(
         "sandboxes/<int:sandbox_id>/release/", SandboxReleaseApi.as_view(), name="sandbox-release"
     ),
+    path("sandboxes/<int:sandbox_id>/renew/", SandboxRenewApi.as_view(), name="sandbox-renew"),
 ]

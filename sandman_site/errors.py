@@ -55,6 +55,13 @@ class JobNotActive(SandmanError):
     status = 409
 
 
+class JobNotDrained(SandmanError):
+    """A job is deleted only once drained and nothing of it is left."""
+
+    code = "job_not_drained"
+    status = 409
+
+
 class PoolCapReached(SandmanError):
     code = "pod_cap"
     status = 429

@@ -30,7 +30,9 @@ def test_unterminated_input_is_refused_at_once_keeping_state(
         res = client.exec("touch ran-anyway\n" + command, timeout_s=300)
         assert res["exit_code"] == 2
         assert diagnostic in res["error"] and "bash: line" in res["error"]
-        assert res["output"] == "" and res["shell_restarted"] is False
+        # bash's diagnostic is the output too, as `bash -c` would print it (issue 14)
+        assert res["output"] == res["error"] + "\n" and res["shell_restarted"] is False
+        assert res["error_code"] == "syntax_error" and res["timed_out"] is False
         durations.append(res["duration_ms"])
         after = client.exec("echo $PWD $KEPT; kept_fn; [ -e ran-anyway ] && echo ran || echo no")
         assert after["output"] == "/tmp yes\nfn\nno\n"  # nothing of the refused command ran

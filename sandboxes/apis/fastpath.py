@@ -9,7 +9,8 @@ Django's handler, exactly the requests whose every check can be made from memory
 * with ``Authorization: Token <key>`` of a token ``access`` already knows,
 * on a job (or a sandbox this process handed out) the caller may see,
 * with a JSON object body that the view's own ``InputSerializer`` accepts (and, for an
-  acquire, no ``base_commit``: resolving one runs git).
+  acquire, no ``base_commit``: resolving one runs git), and without an ``Idempotency-Key``
+  (the views record and replay keyed calls).
 
 Invariants a reader must not break:
 * Anything else, and any surprise before the controller is called, FALLS THROUGH to
@@ -147,6 +148,8 @@ def _route(scope: Scope) -> Callable[[Scope, bytes], Call | None] | None:
 def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:
     """(user, JSON object body) for a known token and a JSON object; else None."""
     headers = dict(scope.get("headers") or [])
+    if b"idempotency-key" in headers:
+        return None  # the views record and replay keyed calls (sandboxes.apis.idempotency)
     parts = headers.get(b"authorization", b"").split()
     if len(parts) != 2 or parts[0].lower() != b"token":
         return None

@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sandboxes import selectors
-from sandboxes.apis import access
+from sandboxes.apis import access, idempotency
 from sandboxes.apis.asyncview import AsyncJsonApiView, validate_off_loop
 from sandboxes.apis.common import (
     JsonApiView,
@@ -33,6 +33,7 @@ from sandboxes.apis.common import (
     prewarm_key,
 )
 from sandboxes.models import Job
+from sandboxes.services.jobs import job_delete
 from sandboxes.states import Egress, Role, SandboxSource
 
 
@@ -204,7 +205,8 @@ class JobCollectionApi(JobCreateApi, JobListApi):
 
 
 class JobDetailApi(JsonApiView):
-    """GET /api/v1/jobs/{id}/ — one job with its live, warm and creating counts."""
+    """GET /api/v1/jobs/{id}/ — one job with its live, warm and creating counts;
+    DELETE — forget a drained job and its records (409 ``job_not_drained`` before)."""
 
     OutputSerializer = JobOutputSerializer
 
@@ -212,6 +214,12 @@ class JobDetailApi(JsonApiView):
     def get(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         return Response(JobDetailApi.OutputSerializer(job).data)
+
+    @extend_schema(operation_id="job_delete", responses={204: None})
+    def delete(self, request: Request, job_id: int) -> Response:
+        selectors.job_get_for_user(user=request.user, job_id=job_id)
+        job_delete(job_id=job_id)
+        return Response(status=204)
 
 
 # --- acquire / prewarm / drain ------------------------------------------------------------
@@ -228,6 +236,9 @@ def _image_key(attrs: dict[str, Any]) -> dict[str, Any]:
 
 class JobAcquireApi(AsyncJsonApiView):
     """POST /api/v1/jobs/{id}/acquire/ — a warm, reused or new sandbox for one worker.
+
+    With an ``Idempotency-Key`` header a retry gets the first call's sandbox, never a
+    second one (``sandboxes.apis.idempotency``).
 
     Async (the hot route): ownership from ``access``, then the body, then the controller.
     """
@@ -265,17 +276,31 @@ class JobAcquireApi(AsyncJsonApiView):
     )
     async def post(self, request: Request, job_id: int) -> Response:
         await access.check_job(user=request.user, job_id=job_id)
+        key = idempotency.header_key(request)  # a malformed key: 400 before anything runs
         body = request.data
         data = JobAcquireApi.InputSerializer(data=body)
         # Resolving a base commit runs git: off the event loop.
         await validate_off_loop(
             data, off_loop=isinstance(body, dict) and bool(body.get("base_commit"))
         )
-        result = await controller().aacquire(
-            job_id=job_id, user_id=request.user.pk, **data.validated_data
+
+        async def acquire() -> dict[str, Any]:
+            result = await controller().aacquire(
+                job_id=job_id, user_id=request.user.pk, **data.validated_data
+            )
+            access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
+            return dict(JobAcquireApi.OutputSerializer(result).data)
+
+        if key is None:
+            return Response(await acquire())
+        answer = await idempotency.run_once(
+            route="acquire",
+            scope=job_id,
+            key=key,
+            call=acquire,
+            sandbox_of=lambda a: int(a["sandbox_id"]),
         )
-        access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
-        return Response(JobAcquireApi.OutputSerializer(result).data)
+        return Response(answer)
 
 
 class PrewarmKeySerializer(StrictSerializer):

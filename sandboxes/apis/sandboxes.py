@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.pagination import LimitOffsetPagination
@@ -16,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sandboxes import selectors
-from sandboxes.apis import access
+from sandboxes.apis import access, idempotency
 from sandboxes.apis.asyncview import AsyncJsonApiView
 from sandboxes.apis.common import (
     JsonApiView,
@@ -26,6 +27,7 @@ from sandboxes.apis.common import (
     controller,
 )
 from sandboxes.models import Sandbox
+from sandboxes.services.lifetimes import MAX_RENEW_S, sandbox_renew
 from sandboxes.states import Role, SandboxState
 
 _VERDICTS = (("pass", "pass"), ("fail", "fail"), ("none", "none"))
@@ -168,14 +170,56 @@ class SandboxReleaseApi(AsyncJsonApiView):
     )
     async def post(self, request: Request, sandbox_id: int) -> Response:
         await access.check_sandbox(user=request.user, sandbox_id=sandbox_id)
+        key = idempotency.header_key(request)
         data = SandboxReleaseApi.InputSerializer(data=request.data or {})
         data.is_valid(raise_exception=True)
         outcome = data.validated_data.get("outcome") or {}
-        await controller().arelease(
-            sandbox_id=sandbox_id,
-            verdict=outcome.get("verdict"),
-            patch_sha256=outcome.get("patch_sha256"),
-            suite=outcome.get("suite"),
+
+        async def release() -> dict[str, Any]:
+            await controller().arelease(
+                sandbox_id=sandbox_id,
+                verdict=outcome.get("verdict"),
+                patch_sha256=outcome.get("patch_sha256"),
+                suite=outcome.get("suite"),
+            )
+            access.forget_sandbox(sandbox_id)
+            return {"sandbox_id": sandbox_id, "released": True}
+
+        if key is None:
+            return Response(await release())
+        answer = await idempotency.run_once(
+            route="release", scope=sandbox_id, key=key, call=release, sandbox_of=lambda a: None
         )
-        access.forget_sandbox(sandbox_id)
-        return Response({"sandbox_id": sandbox_id, "released": True})
+        return Response(answer)
+
+
+class SandboxRenewApi(JsonApiView):
+    """POST /api/v1/sandboxes/{id}/renew/ — keep an in-use sandbox at least ``ttl_s`` more
+    seconds before the reclaim at its job's ``max_lifetime_s`` (409 unless in use)."""
+
+    class InputSerializer(StrictSerializer):
+        class Meta:
+            ref_name = "RenewInput"
+
+        ttl_s = serializers.FloatField(min_value=1, max_value=MAX_RENEW_S)
+
+    class OutputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "RenewOutput"
+
+        sandbox_id = serializers.IntegerField()
+        expires_at = serializers.DateTimeField()
+
+    @extend_schema(
+        operation_id="sandbox_renew", request=InputSerializer, responses={200: OutputSerializer}
+    )
+    def post(self, request: Request, sandbox_id: int) -> Response:
+        selectors.sandbox_get_for_user(user=request.user, sandbox_id=sandbox_id)
+        data = SandboxRenewApi.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        expires = sandbox_renew(
+            sandbox_id=sandbox_id, ttl_s=data.validated_data["ttl_s"], now=timezone.now()
+        )
+        return Response(
+            SandboxRenewApi.OutputSerializer({"sandbox_id": sandbox_id, "expires_at": expires}).data
+        )

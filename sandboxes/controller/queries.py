@@ -199,7 +199,8 @@ def expired_in_use(*, now: dt.datetime, backend: str) -> list[SandboxRow]:
     expired = []
     for s in candidates.iterator(chunk_size=500):
         acquired = s.acquired_at  # set on every in-use row; None only on a broken one
-        if acquired is not None and acquired + dt.timedelta(seconds=s.job.max_lifetime_s) <= now:
+        lifetime = s.job.max_lifetime_s + s.lifetime_extra_s  # renew adds the extra
+        if acquired is not None and acquired + dt.timedelta(seconds=lifetime) <= now:
             expired.append(_row(s))
     return expired
 

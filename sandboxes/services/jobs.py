@@ -16,8 +16,8 @@ from django.db import transaction
 
 from sandboxes.models import Job
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.states import Egress, JobState
-from sandman_site.errors import InvalidInput, NotFound
+from sandboxes.states import Egress, JobState, SandboxState
+from sandman_site.errors import InvalidInput, JobNotDrained, NotFound
 
 
 def _require(condition: bool, message: str) -> None:
@@ -157,3 +157,34 @@ def job_mark_draining(*, job_id: int, now: dt.datetime) -> bool:
 def job_mark_drained(*, job_id: int, now: dt.datetime) -> bool:
     """``draining`` → ``drained`` once nothing of the job is left on the backend."""
     return _set_state(job_id=job_id, allowed_from={JobState.DRAINING}, to=JobState.DRAINED, now=now)
+
+
+def job_delete(*, job_id: int) -> None:
+    """Delete a drained job and its records (sandbox rows, events, acquisitions,
+    trajectories); refused (409 ``job_not_drained``) while the job is not ``drained``,
+    while any sandbox of it is not ``deleted`` or has a delete pending, or while a
+    grading still refers to it. One transaction: all of it goes, or nothing."""
+    from sandboxes.models import Acquisition, PendingDelete, Sandbox
+
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        if job.state != JobState.DRAINED:
+            raise JobNotDrained(
+                f"job {job_id} is {job.state}; drain it first", {"state": job.state}
+            )
+        sandboxes = Sandbox.objects.filter(job_id=job_id)
+        left = sandboxes.exclude(state=SandboxState.DELETED).count()
+        pending = PendingDelete.objects.filter(sandbox__job_id=job_id).count()
+        if left or pending:
+            raise JobNotDrained(
+                f"job {job_id} still has {left} sandbox(es) not deleted "
+                f"and {pending} pending delete(s)",
+                {"sandboxes_left": left, "pending_deletes": pending},
+            )
+        if job.gradings.exists():  # the grading app's reverse name
+            raise JobNotDrained(f"job {job_id} has gradings; they keep it", {"gradings": True})
+        Acquisition.objects.filter(job_id=job_id).delete()
+        sandboxes.delete()
+        job.delete()

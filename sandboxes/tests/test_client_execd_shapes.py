@@ -74,6 +74,27 @@ def test_every_execd_call_of_the_trainer_client_reads_the_declared_shape(execd_a
     sb._conn.close()  # type: ignore[union-attr]
 
 
+def test_run_passes_isolate_cwd_and_output_cap_and_reads_the_failure_fields(execd_address):
+    """Issue 14 item 2 through the trainer client: isolated calls leave no state, a cwd
+    lasts one call, and a timeout is ``timed_out`` with ``error_code`` "timeout"."""
+    sb = sandbox_at(execd_address)
+    isolated = sb.run("cd /; export GONE=1; exit 5", isolate=True)
+    assert (isolated.exit_code, isolated.shell_restarted, isolated.error_code) == (5, False, None)
+    assert sb.run("pwd", cwd="/tmp").output == "/tmp\n"
+    assert sb.run("pwd; echo ${GONE:-unset}").output.endswith("/ws\nunset\n")
+    capped = sb.run("head -c 1000 /dev/zero", max_output_bytes=10)
+    assert capped.truncated and capped.output_bytes == 1000
+    late = sb.run("sleep 5", timeout_s=0.2)
+    assert (late.exit_code, late.timed_out, late.error_code) == (124, True, "timeout")
+    refused = sb.run("echo 'open")
+    assert refused.error_code == "syntax_error" and "unexpected EOF" in refused.output
+    sb.write("r.bin", b"0123456789")
+    part = sb.read_bytes("r.bin", offset=2, length=3)
+    assert (part.data, part.size, part.offset, part.complete) == (b"234", 10, 2, False)
+    assert part.sha256 == hashlib.sha256(b"0123456789").hexdigest()
+    sb._conn.close()  # type: ignore[union-attr]
+
+
 class _Wrong(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     ANSWERS: dict[str, tuple[int, Any]] = {

@@ -1,0 +1,100 @@
+"""``Idempotency-Key`` on the hot routes: a retried acquire gets the same sandbox, a
+retried release is a no-op (issue 14, item 7).
+
+A client that lost the answer (a keep-alive connection the server closed, a proxy that
+cut the socket) cannot know whether a sandbox was handed out; it resends with the same
+key. Per (route, scope, key):
+
+* a recorded answer is replayed (``selectors.idempotent_answer``; an acquire's token
+  comes from the sandbox row, records hold none);
+* while the first call still runs in this process, the retry waits for ITS answer;
+* otherwise the call runs once, shielded from the request's cancellation (a client that
+  disconnects must not leave a sandbox handed out with no record), and its answer is
+  recorded before anyone gets it.
+
+Invariant: a key is 1-200 printable ASCII characters (else 400 ``invalid``); calls that
+fail record nothing (a retry runs again: the failure handed nothing out). The in-flight
+map is per process - replicas share only the recorded answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+from rest_framework.request import Request
+
+from sandboxes import selectors
+from sandboxes.services.idempotency import idempotent_call_record
+from sandman_site.errors import InvalidInput
+
+HEADER = "Idempotency-Key"
+
+# Calls in flight in this process. concurrent.futures (not asyncio) futures: a retry may
+# run on another event loop than the first call (Django under WSGI runs one per request).
+_running: dict[tuple[str, int, str], concurrent.futures.Future[dict[str, Any]]] = {}
+_running_lock = threading.Lock()
+
+
+def header_key(request: Request) -> str | None:
+    """The request's key, None without one; 400 for a malformed one."""
+    key = request.headers.get(HEADER)
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 200 or not all(33 <= ord(c) < 127 for c in key):
+        raise InvalidInput(f"{HEADER} must be 1-200 printable ASCII characters without spaces")
+    return key
+
+
+async def run_once(
+    *,
+    route: str,
+    scope: int,
+    key: str,
+    call: Callable[[], Awaitable[dict[str, Any]]],
+    sandbox_of: Callable[[dict[str, Any]], int | None],
+) -> dict[str, Any]:
+    """``call``'s answer, run at most once per key (see the module docstring)."""
+    slot = (route, scope, key)
+    running = _running.get(slot)
+    if running is not None:
+        return await asyncio.wrap_future(running)
+    recorded = await sync_to_async(selectors.idempotent_answer)(route=route, scope=scope, key=key)
+    if recorded is not None:
+        return recorded
+    with _running_lock:  # another request may have started while we read
+        running = _running.get(slot)
+        if running is None:
+            mine: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+            _running[slot] = mine
+    if running is not None:
+        return await asyncio.wrap_future(running)
+
+    async def once() -> dict[str, Any]:
+        try:
+            answer = await call()
+            public = {k: v for k, v in answer.items() if k != "token"}
+            await sync_to_async(idempotent_call_record)(
+                route=route,
+                scope=scope,
+                key=key,
+                answer=public,
+                sandbox_id=sandbox_of(answer),
+                now=timezone.now(),
+            )
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        else:
+            mine.set_result(answer)
+            return answer
+        finally:
+            with _running_lock:
+                _running.pop(slot, None)
+
+    return await asyncio.shield(asyncio.ensure_future(once()))
