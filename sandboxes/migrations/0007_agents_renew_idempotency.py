@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sandboxes', '0004_trajectories'),
+        ('sandboxes', '0006_reuse_allow_tags'),
     ]
 
     operations = [
