@@ -23,6 +23,8 @@ IMAGE = "sandman/empty"
 def make_job(**over: Any) -> Job:
     """A job of the trainer user (created on first use); ``over`` overrides any field."""
     owner, _ = get_user_model().objects.get_or_create(username="trainer")
-    kwargs: dict[str, Any] = {"name": "run", "egress": "allow"}
+    # The stand-in's image is a tag reference; these trials exercise ownership, not the
+    # digest rule for warm grading pods (sandboxes.imagerefs), so the job opts in.
+    kwargs: dict[str, Any] = {"name": "run", "egress": "allow", "reuse_allow_tags": True}
     kwargs.update(over)
     return job_create(owner=owner, now=dt.datetime.now(dt.UTC), **kwargs)
