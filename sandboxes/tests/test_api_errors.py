@@ -75,7 +75,9 @@ def test_a_json_array_instead_of_an_object_is_a_400(alice):
 def test_a_wrong_method_is_a_405_json_error(alice):
     user, token = alice
     job = make_job(user)
-    _assert_json_error(api(token).delete(f"/api/v1/jobs/{job.pk}/"), 405, "method_not_allowed")
+    _assert_json_error(
+        api(token).put(f"/api/v1/jobs/{job.pk}/", {}, format="json"), 405, "method_not_allowed"
+    )
     _assert_json_error(api(token).get(f"/api/v1/jobs/{job.pk}/acquire/"), 405, "method_not_allowed")
     _assert_json_error(
         api(token).put("/api/v1/jobs/", {}, format="json"), 405, "method_not_allowed"
