@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from sandboxes.metrics import metrics_view
@@ -17,6 +17,8 @@ urlpatterns = [
     path("api/v1/", include("sandboxes.urls")),
     path("api/v1/", include("grading.urls")),
     path("api/v1/", include("incidents.urls")),
+    # Anything else under /api/ is the API's own JSON 404, with DEBUG on too (never HTML).
+    re_path(r"^api/", views.not_found, name="api-not-found"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("", include("dashboards.urls")),
 ]

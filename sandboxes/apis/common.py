@@ -14,7 +14,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
 from sandboxes.controller import Controller, PrewarmKey, get_controller
@@ -26,6 +25,7 @@ from sandboxes.quantities import (
     parse_cpu_millis,
 )
 from sandman_site.errors import UnknownImage
+from sandman_site.parsers import BoundedJSONParser
 
 
 class StrictSerializer(serializers.Serializer):
@@ -128,4 +128,4 @@ def prewarm_key(**fields: Any) -> PrewarmKey:
 class JsonApiView(APIView):
     """Base of every trainer view: bodies are JSON only (a form post is a 415, not a guess)."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]

@@ -28,7 +28,6 @@ Invariants a reader must not break:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -39,6 +38,7 @@ from rest_framework.renderers import JSONRenderer
 
 from sandboxes.apis import access
 from sandman_site.errors import SandmanError
+from sandman_site.parsers import parse_json_bytes
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger("django.request")
@@ -158,12 +158,10 @@ def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:
     content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
     if content_type != b"application/json":
         return None
-    data = json.loads(body, parse_constant=_refuse_constant)
+    # The API's own parser (bounds on depth and numbers); a refusal raises, and Django
+    # then gives the view's answer.
+    data = parse_json_bytes(body)
     return (user, data) if isinstance(data, dict) else None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (DRF's parser refuses it too)")
 
 
 def _acquire(scope: Scope, body: bytes) -> Call | None:

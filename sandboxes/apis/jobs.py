@@ -180,9 +180,9 @@ class JobListApi(JsonApiView):
 
     @extend_schema(operation_id="job_list", responses={200: JobOutputSerializer(many=True)})
     def get(self, request: Request) -> Response:
-        from rest_framework.pagination import LimitOffsetPagination
+        from sandman_site.pagination import Page
 
-        paginator = LimitOffsetPagination()
+        paginator = Page()
         qs = selectors.job_list_for_user(user=request.user).select_related("owner")
         page = paginator.paginate_queryset(qs, request, view=self)
         assert page is not None  # REST_FRAMEWORK["PAGE_SIZE"] is set: always a page

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -27,6 +26,8 @@ from sandboxes.apis.common import (
 )
 from sandboxes.models import Sandbox
 from sandboxes.states import Role, SandboxState
+from sandman_site.pagination import Page
+from sandman_site.parsers import I64_MAX
 
 _VERDICTS = (("pass", "pass"), ("fail", "fail"), ("none", "none"))
 
@@ -65,7 +66,9 @@ class SandboxListApi(JsonApiView):
         class Meta:
             ref_name = "SandboxFilter"
 
-        job = serializers.IntegerField(min_value=1, required=False)
+        job = serializers.IntegerField(
+            min_value=1, max_value=I64_MAX, required=False, help_text="only this job's sandboxes"
+        )
         state = serializers.ChoiceField(choices=SandboxState.choices, required=False)
         role = serializers.ChoiceField(choices=Role.choices, required=False)
 
@@ -73,11 +76,7 @@ class SandboxListApi(JsonApiView):
 
     @extend_schema(
         operation_id="sandbox_list",
-        parameters=[
-            OpenApiParameter("job", int, description="only this job's sandboxes"),
-            OpenApiParameter("state", str, enum=SandboxState.values),
-            OpenApiParameter("role", str, enum=Role.values),
-        ],
+        parameters=[FilterSerializer],
         responses={200: SandboxOutputSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
@@ -87,7 +86,7 @@ class SandboxListApi(JsonApiView):
         qs = selectors.sandbox_list_for_user(
             user=request.user, job_id=f.get("job"), state=f.get("state"), role=f.get("role")
         )
-        paginator = LimitOffsetPagination()
+        paginator = Page()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(
             SandboxListApi.OutputSerializer(page, many=True).data

@@ -91,6 +91,8 @@ STATICFILES_DIRS = [
 ]
 
 LOGIN_URL = "/admin/login/"
+# A CSRF refusal under /api/ is the API's JSON error; the pages keep Django's own page.
+CSRF_FAILURE_VIEW = "sandman_site.views.csrf_failure"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -98,10 +100,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "sandman_site.pagination.Page",
+    # JSON only, bounded (sandman_site.parsers): a form or multipart body is a 415.
+    "DEFAULT_PARSER_CLASSES": ["sandman_site.parsers.BoundedJSONParser"],
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "sandman_site.api_errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "sandman_site.openapi.SandmanAutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -109,7 +113,15 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Sandboxes for agentic RL: jobs, acquisitions, gradings, incidents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "sandman_site.openapi.bound_body_integers",
+    ],
 }
+# Limits that protect the API (README "Limits"): body bytes, JSON nesting, page size.
+SANDMAN_API_MAX_BODY_BYTES = env_int("SANDMAN_API_MAX_BODY_BYTES", 2 * 1024 * 1024)
+SANDMAN_API_MAX_JSON_DEPTH = env_int("SANDMAN_API_MAX_JSON_DEPTH", 32)
+SANDMAN_API_MAX_PAGE_SIZE = env_int("SANDMAN_API_MAX_PAGE_SIZE", 1000)
 
 CHANNEL_LAYERS = {
     "default": (
