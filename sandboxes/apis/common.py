@@ -24,8 +24,29 @@ from sandboxes.quantities import (
     parse_bytes,
     parse_cpu_millis,
 )
-from sandman_site.errors import UnknownImage
+from sandman_site.errors import (
+    ControllerUnavailable,
+    GuardUnavailable,
+    InvalidTransition,
+    PoolCapReached,
+    ProviderError,
+    SandboxNotReady,
+    SandmanError,
+    UnknownImage,
+)
 from sandman_site.parsers import BoundedJSONParser
+
+# What a view that calls the controller can answer beyond its configuration (declared in
+# the OpenAPI document with ``sandman_site.openapi.error_responses``).
+CONTROLLER_ERRORS: tuple[type[SandmanError], ...] = (
+    UnknownImage,
+    InvalidTransition,
+    GuardUnavailable,
+    PoolCapReached,
+    ProviderError,
+    ControllerUnavailable,
+    SandboxNotReady,
+)
 
 
 class StrictSerializer(serializers.Serializer):

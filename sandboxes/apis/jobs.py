@@ -24,6 +24,7 @@ from sandboxes import selectors
 from sandboxes.apis import access
 from sandboxes.apis.asyncview import AsyncJsonApiView, validate_off_loop
 from sandboxes.apis.common import (
+    CONTROLLER_ERRORS,
     JsonApiView,
     SpecSerializer,
     StrictCharField,
@@ -34,6 +35,8 @@ from sandboxes.apis.common import (
 )
 from sandboxes.models import Job
 from sandboxes.states import Egress, Role, SandboxSource
+from sandman_site.errors import AcquireTimeout
+from sandman_site.openapi import error_responses
 
 
 def _default(field: str) -> Any:
@@ -253,7 +256,9 @@ class JobAcquireApi(AsyncJsonApiView):
         queue_ms = serializers.FloatField()
 
     @extend_schema(
-        operation_id="job_acquire", request=InputSerializer, responses={200: OutputSerializer}
+        operation_id="job_acquire",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **error_responses(*CONTROLLER_ERRORS, AcquireTimeout)},
     )
     async def post(self, request: Request, job_id: int) -> Response:
         await access.check_job(user=request.user, job_id=job_id)
@@ -299,7 +304,11 @@ class JobPrewarmApi(JsonApiView):
             many=True, allow_empty=False, max_length=256
         )
 
-    @extend_schema(operation_id="job_prewarm", request=InputSerializer, responses={202: _ACCEPTED})
+    @extend_schema(
+        operation_id="job_prewarm",
+        request=InputSerializer,
+        responses={202: _ACCEPTED, **error_responses(*CONTROLLER_ERRORS)},
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         data = JobPrewarmApi.InputSerializer(data=request.data)
@@ -316,7 +325,11 @@ class JobDrainApi(JsonApiView):
         class Meta:
             ref_name = "DrainInput"
 
-    @extend_schema(operation_id="job_drain", request=None, responses={202: _ACCEPTED})
+    @extend_schema(
+        operation_id="job_drain",
+        request=None,
+        responses={202: _ACCEPTED, **error_responses(400, *CONTROLLER_ERRORS)},
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         data = JobDrainApi.InputSerializer(data=request.data or {})

@@ -18,6 +18,7 @@ from sandboxes import selectors
 from sandboxes.apis import access
 from sandboxes.apis.asyncview import AsyncJsonApiView
 from sandboxes.apis.common import (
+    CONTROLLER_ERRORS,
     JsonApiView,
     SpecOutputSerializer,
     StrictCharField,
@@ -26,6 +27,7 @@ from sandboxes.apis.common import (
 )
 from sandboxes.models import Sandbox
 from sandboxes.states import Role, SandboxState
+from sandman_site.openapi import error_responses
 from sandman_site.pagination import Page
 from sandman_site.parsers import I64_MAX
 
@@ -163,7 +165,7 @@ class SandboxReleaseApi(AsyncJsonApiView):
     @extend_schema(
         operation_id="sandbox_release",
         request=InputSerializer,
-        responses={200: OutputSerializer},
+        responses={200: OutputSerializer, **error_responses(*CONTROLLER_ERRORS)},
     )
     async def post(self, request: Request, sandbox_id: int) -> Response:
         await access.check_sandbox(user=request.user, sandbox_id=sandbox_id)
