@@ -41,7 +41,9 @@ checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
 
 @pytest.fixture
 def served(
-    transactional_db: None, tmp_path: Path, sandbox_root: Path  # noqa: F811
+    transactional_db: None,
+    tmp_path: Path,
+    sandbox_root: Path,  # noqa: F811
 ) -> Iterator[tuple[str, str, Path]]:
     """The service with its controller over the local backend in ``sandbox_root``; every
     sandbox it made is destroyed after it stops."""
@@ -112,6 +114,4 @@ def test_schemathesis_finds_no_failure_in_any_operation(
 
 
 def _errors(log: Path) -> str:
-    return "\n".join(line for line in log.read_text().splitlines() if "WARNING" not in line)[
-        -4000:
-    ]
+    return "\n".join(line for line in log.read_text().splitlines() if "WARNING" not in line)[-4000:]

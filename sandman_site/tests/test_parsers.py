@@ -24,9 +24,7 @@ def token() -> str:
     return make_user("parser-user")[1]
 
 
-@pytest.mark.parametrize(
-    "value", [str(2**63), str(-(2**63) - 1), "5616926938102434924725272576"]
-)
+@pytest.mark.parametrize("value", [str(2**63), str(-(2**63) - 1), "5616926938102434924725272576"])
 def test_an_integer_outside_64_bits_is_a_400_and_writes_nothing(token: str, value: str) -> None:
     before = row_counts()
     body = f'{{"name": "x", "egress": "deny", "caps": {{"max_live": {value}}}}}'.encode()
