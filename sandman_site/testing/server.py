@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
@@ -105,3 +106,16 @@ class ServedProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(deadline_s)
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    user: Any
+    token: str
+    log: Path
+
+    def errors(self) -> str:
+        """The server log without its per-request warnings (4xx answers)."""
+        lines = self.log.read_text().splitlines()
+        return "\n".join(line for line in lines if "WARNING" not in line)[-4000:]

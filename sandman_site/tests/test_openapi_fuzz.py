@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sandboxes.tests.api_support import make_job, make_user, seed_sandbox
-from sandboxes.tests.conftest import destroy_everything_under, sandbox_root  # noqa: F401
-from sandman_site.testing.server import ServedProcess
+from sandboxes.tests.api_support import make_job, seed_sandbox
+from sandman_site.testing.server import Served
 
 CHECKS = (
     "not_a_server_error,status_code_conformance,content_type_conformance,"
@@ -40,26 +38,11 @@ checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
 
 
 @pytest.fixture
-def served(
-    transactional_db: None,
-    tmp_path: Path,
-    sandbox_root: Path,  # noqa: F811
-) -> Iterator[tuple[str, str, Path]]:
-    """The service with its controller over the local backend in ``sandbox_root``; every
-    sandbox it made is destroyed after it stops."""
-    user, token = make_user("fuzz-trainer")
-    job = make_job(user, name="fuzz-job")
+def seeded(served: Served) -> Served:
+    """The trainer owns a job and a handed-out sandbox (the fuzzer reaches id 1)."""
+    job = make_job(served.user, name="fuzz-job")
     seed_sandbox(job, hand_out=True)
-    log = tmp_path / "server.log"
-    with log.open("wb") as sink:
-        env = {"SANDMAN_SANDBOX_ROOT": str(sandbox_root), "SANDMAN_CONTROLLER_AUTOSTART": "1"}
-        server = ServedProcess(env=env, log=sink)
-        server.start()
-        try:
-            yield server.url, token, log
-        finally:
-            server.stop()
-            destroy_everything_under(sandbox_root)
+    return served
 
 
 def _schemathesis(
@@ -98,20 +81,13 @@ def _schemathesis(
     return subprocess.run(command, capture_output=True, text=True, timeout=FUZZ_MAX_TIME_S * 4)
 
 
-def test_schemathesis_finds_no_failure_in_any_operation(
-    served: tuple[str, str, Path], tmp_path: Path
-) -> None:
-    url, token, log = served
-    result = _schemathesis(url, token, tmp_path / "schemathesis.toml")
+def test_schemathesis_finds_no_failure_in_any_operation(seeded: Served, tmp_path: Path) -> None:
+    result = _schemathesis(seeded.url, seeded.token, tmp_path / "schemathesis.toml")
     summary = result.stdout[-3000:]
     failures = result.stdout.partition("FAILURES")[2][:12000]
-    assert result.returncode == 0, failures + summary + "\n--- server log ---\n" + _errors(log)
+    assert result.returncode == 0, failures + summary + "\n--- server log ---\n" + seeded.errors()
     assert "Selected: " in result.stdout and " 0 failures" not in result.stdout
-    assert "Traceback" not in log.read_text()
+    assert "Traceback" not in seeded.log.read_text()
     tested = [line for line in result.stdout.splitlines() if "Tested:" in line]
     print(summary)
     assert tested, summary
-
-
-def _errors(log: Path) -> str:
-    return "\n".join(line for line in log.read_text().splitlines() if "WARNING" not in line)[-4000:]
