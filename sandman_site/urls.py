@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from sandboxes.metrics import metrics_view
 from sandman_site import views
@@ -14,6 +14,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("sandboxes.urls")),
     path("api/v1/", include("grading.urls")),
     path("api/v1/", include("incidents.urls")),

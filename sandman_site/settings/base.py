@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI / Redoc assets, served as static files
     "channels",
     "sandboxes",
     "grading",
@@ -113,6 +114,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Sandboxes for agentic RL: jobs, acquisitions, gradings, incidents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The docs page loads its scripts from this server (drf-spectacular-sidecar), no CDN.
+    # (No Redoc page: drf-spectacular's Redoc template links Google Fonts.)
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Swagger UI would otherwise send the document to validator.swagger.io.
+    "SWAGGER_UI_SETTINGS": {"validatorUrl": None, "persistAuthorization": False},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "sandman_site.openapi.bound_body_integers",
