@@ -9,7 +9,9 @@ Django's handler, exactly the requests whose every check can be made from memory
 * with ``Authorization: Token <key>`` of a token ``access`` already knows,
 * on a job (or a sandbox this process handed out) the caller may see,
 * with a JSON object body that the view's own ``InputSerializer`` accepts (and, for an
-  acquire, no ``base_commit``: resolving one runs git).
+  acquire, no ``base_commit``: resolving one runs git),
+* within the token's request rate (``sandman_site.ratelimit``; past it, the view's
+  throttle answers the 429).
 
 Invariants a reader must not break:
 * Anything else, and any surprise before the controller is called, FALLS THROUGH to
@@ -39,6 +41,7 @@ from rest_framework.renderers import JSONRenderer
 from sandboxes.apis import access
 from sandman_site.errors import SandmanError
 from sandman_site.parsers import parse_json_bytes
+from sandman_site.ratelimit import hot_route_buckets
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger("django.request")
@@ -164,6 +167,14 @@ def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:
     return (user, data) if isinstance(data, dict) else None
 
 
+def _admitted(scope: Scope) -> bool:
+    """Spend one of the token's hot-route requests; False past its rate (the view's
+    throttle then answers, from the same buckets)."""
+    headers = dict(scope.get("headers") or [])
+    key = headers.get(b"authorization", b"").split()[1].decode("ascii", "replace")
+    return hot_route_buckets().take(key) == 0.0
+
+
 def _acquire(scope: Scope, body: bytes) -> Call | None:
     from sandboxes.apis.common import controller
     from sandboxes.apis.jobs import JobAcquireApi
@@ -179,6 +190,8 @@ def _acquire(scope: Scope, body: bytes) -> Call | None:
         return None
     serializer = JobAcquireApi.InputSerializer(data=data)
     if not serializer.is_valid():
+        return None
+    if not _admitted(scope):
         return None
     ctl = controller()
 
@@ -203,6 +216,8 @@ def _release(scope: Scope, body: bytes) -> Call | None:
         return None
     serializer = SandboxReleaseApi.InputSerializer(data=data)
     if not serializer.is_valid():
+        return None
+    if not _admitted(scope):
         return None
     outcome = serializer.validated_data.get("outcome") or {}
     ctl = controller()

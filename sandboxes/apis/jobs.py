@@ -37,6 +37,7 @@ from sandboxes.models import Job
 from sandboxes.states import Egress, Role, SandboxSource
 from sandman_site.errors import AcquireTimeout
 from sandman_site.openapi import error_responses
+from sandman_site.ratelimit import HotRouteThrottle
 
 
 def _default(field: str) -> Any:
@@ -225,7 +226,10 @@ class JobAcquireApi(AsyncJsonApiView):
     """POST /api/v1/jobs/{id}/acquire/ — a warm, reused or new sandbox for one worker.
 
     Async (the hot route): ownership from ``access``, then the body, then the controller.
+    Per-token rate: ``sandman_site.ratelimit`` (429 with ``Retry-After``).
     """
+
+    throttle_classes = [HotRouteThrottle]
 
     class InputSerializer(StrictSerializer):
         class Meta:

@@ -30,6 +30,7 @@ from sandboxes.states import Role, SandboxState
 from sandman_site.openapi import error_responses
 from sandman_site.pagination import Page
 from sandman_site.parsers import I64_MAX
+from sandman_site.ratelimit import HotRouteThrottle
 
 _VERDICTS = (("pass", "pass"), ("fail", "fail"), ("none", "none"))
 
@@ -149,7 +150,10 @@ class SandboxReleaseApi(AsyncJsonApiView):
     """POST /api/v1/sandboxes/{id}/release/ — give the sandbox back, with the grading outcome.
 
     Async (the hot route): visibility from ``access``, then the body, then the controller.
+    Per-token rate: ``sandman_site.ratelimit`` (429 with ``Retry-After``).
     """
+
+    throttle_classes = [HotRouteThrottle]
 
     class InputSerializer(StrictSerializer):
         class Meta:

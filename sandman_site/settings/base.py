@@ -129,6 +129,11 @@ SPECTACULAR_SETTINGS = {
 SANDMAN_API_MAX_BODY_BYTES = env_int("SANDMAN_API_MAX_BODY_BYTES", 2 * 1024 * 1024)
 SANDMAN_API_MAX_JSON_DEPTH = env_int("SANDMAN_API_MAX_JSON_DEPTH", 32)
 SANDMAN_API_MAX_PAGE_SIZE = env_int("SANDMAN_API_MAX_PAGE_SIZE", 1000)
+# Per-token rate of the hot routes (acquire, release), per process; 0 turns it off.
+SANDMAN_API_HOT_RATE_PER_S = env_float("SANDMAN_API_HOT_RATE_PER_S", 1000.0)
+SANDMAN_API_HOT_BURST = env_int("SANDMAN_API_HOT_BURST", 2000)
+# How long a process trusts a token it read (the revocation window of every process).
+SANDMAN_API_TOKEN_TTL_S = env_float("SANDMAN_API_TOKEN_TTL_S", 1.0)
 
 CHANNEL_LAYERS = {
     "default": (

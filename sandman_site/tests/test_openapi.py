@@ -110,6 +110,14 @@ def test_the_security_schemes_are_the_token_header_and_the_session_cookie() -> N
         assert {"tokenAuth": []} in op["security"], (method, path)
 
 
+def test_the_throttled_hot_routes_declare_429_with_retry_after() -> None:
+    schema = _schema()
+    for path in ("/api/v1/jobs/{job_id}/acquire/", "/api/v1/sandboxes/{sandbox_id}/release/"):
+        answer = schema["paths"][path]["post"]["responses"]["429"]
+        assert answer["content"]["application/json"]["schema"]["$ref"] == ERROR_REF
+        assert "Retry-After" in answer["headers"]
+
+
 @pytest.mark.parametrize(
     "path",
     [
