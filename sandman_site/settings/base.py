@@ -126,7 +126,7 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 # Limits that protect the API (README "Limits"): body bytes, JSON nesting, page size.
-SANDMAN_API_MAX_BODY_BYTES = env_int("SANDMAN_API_MAX_BODY_BYTES", 2 * 1024 * 1024)
+SANDMAN_API_MAX_BODY_BYTES = env_int("SANDMAN_API_MAX_BODY_BYTES", 8 * 1024 * 1024)
 SANDMAN_API_MAX_JSON_DEPTH = env_int("SANDMAN_API_MAX_JSON_DEPTH", 32)
 SANDMAN_API_MAX_PAGE_SIZE = env_int("SANDMAN_API_MAX_PAGE_SIZE", 1000)
 # Per-token rate of the hot routes (acquire, release), per process; 0 turns it off.
