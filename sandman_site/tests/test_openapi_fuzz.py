@@ -78,7 +78,9 @@ def _schemathesis(
         "30",
         *extra,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=FUZZ_MAX_TIME_S * 4)
+    return subprocess.run(  # in tmp_path: Schemathesis keeps a cache in its working directory
+        command, capture_output=True, text=True, timeout=FUZZ_MAX_TIME_S * 4, cwd=config.parent
+    )
 
 
 def test_schemathesis_finds_no_failure_in_any_operation(seeded: Served, tmp_path: Path) -> None:
