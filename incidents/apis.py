@@ -15,7 +15,6 @@ from typing import Any
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,6 +25,8 @@ from incidents.exports import export_document
 from incidents.models import Incident
 from incidents.states import EvidenceKind, GpuHourBasis, IncidentStatus, Stage
 from sandman_site.errors import NotFound
+from sandman_site.pagination import Page
+from sandman_site.parsers import I64_MAX
 
 
 class IsStaffForWrites(BasePermission):
@@ -60,7 +61,7 @@ class IncidentCollectionApi(APIView):
             required=False,
         )
         has_account = serializers.BooleanField(required=False, allow_null=True, default=None)
-        job = serializers.IntegerField(min_value=1, required=False)
+        job = serializers.IntegerField(min_value=1, max_value=I64_MAX, required=False)
         detector_key = serializers.CharField(max_length=64, required=False)
         q = serializers.CharField(max_length=200, required=False)
 
@@ -78,7 +79,7 @@ class IncidentCollectionApi(APIView):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         qs = selectors.incident_list(filters=filters.validated_data)
-        paginator = LimitOffsetPagination()
+        paginator = Page()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(
             records.IncidentRecordSerializer(page, many=True).data

@@ -11,6 +11,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from rest_framework.authtoken.admin import TokenAdmin
+from rest_framework.authtoken.models import TokenProxy
 
 from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
 
@@ -100,3 +102,13 @@ class AcquisitionAdmin(ReadOnlyAdmin):
 class PendingDeleteAdmin(ReadOnlyAdmin):
     list_display = ("name", "backend", "reason", "attempts", "last_error", "next_attempt_at")
     search_fields = ("name",)
+
+
+# DRF's token admin lists every token's key: an operator's screen (or a screenshot of it)
+# would hand out trainers' credentials. Same admin, without the key column.
+admin.site.unregister(TokenProxy)
+
+
+@admin.register(TokenProxy)
+class TrainerTokenAdmin(TokenAdmin):
+    list_display = ("user", "created")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import csrf
+from django.views.decorators.csrf import csrf_exempt
 
 from sandman_site import election
 
@@ -54,8 +56,18 @@ def favicon(request: HttpRequest) -> HttpResponse:
     return HttpResponse(status=204)
 
 
+@csrf_exempt  # a POST to an unknown /api/ path is a 404, whatever its cookies
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     return JsonResponse({"error": "not_found", "detail": "No such page."}, status=404)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A session request without its CSRF token: JSON under /api/, Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            {"error": "forbidden", "detail": f"CSRF check failed: {reason}"}, status=403
+        )
+    return csrf.csrf_failure(request, reason=reason)
 
 
 def server_error(request: HttpRequest) -> JsonResponse:

@@ -17,7 +17,6 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -39,6 +38,8 @@ from grading.models import (
 )
 from grading.states import TaskState
 from sandboxes.apis.common import JsonApiView, StrictCharField, StrictSerializer
+from sandman_site.openapi import error_responses
+from sandman_site.pagination import Page
 
 
 class TaskOutputSerializer(serializers.Serializer):
@@ -201,7 +202,7 @@ class TaskListApi(JsonApiView):
             task_set=filters.validated_data.get("task_set"),
             state=filters.validated_data.get("state"),
         )
-        paginator = LimitOffsetPagination()
+        paginator = Page()
         page = paginator.paginate_queryset(qs, request, view=self)
         assert page is not None  # REST_FRAMEWORK["PAGE_SIZE"] is set: always a page
         return paginator.get_paginated_response(TaskListApi.OutputSerializer(page, many=True).data)
@@ -251,7 +252,7 @@ class TaskSetCreateApi(JsonApiView):
     @extend_schema(
         operation_id="task_set_create",
         request=InputSerializer,
-        responses={201: TaskSetOutputSerializer},
+        responses={201: TaskSetOutputSerializer, **error_responses(404)},
     )
     def post(self, request: Request) -> Response:
         data = TaskSetCreateApi.InputSerializer(data=request.data)
@@ -276,7 +277,7 @@ class TaskSetListApi(JsonApiView):
         operation_id="task_set_list", responses={200: TaskSetOutputSerializer(many=True)}
     )
     def get(self, request: Request) -> Response:
-        paginator = LimitOffsetPagination()
+        paginator = Page()
         page = paginator.paginate_queryset(selectors.task_set_list(), request, view=self)
         assert page is not None
         out = TaskSetListApi.OutputSerializer(page, many=True).data

@@ -5,7 +5,7 @@ the database, and a warm acquire should cost no query at all; the ASGI fast path
 (``sandboxes.apis.fastpath``) answers only what these maps already know. Three process-local maps
 make that possible:
 
-* token key -> user, for ``TOKEN_TTL_S`` seconds (DRF's ``TokenAuthentication`` reads the
+* token key -> user, for ``token_ttl_s()`` (1 s; DRF's ``TokenAuthentication`` reads the
   token row and its user on every request);
 * job id -> owner id (a job's owner never changes);
 * sandbox id -> job id, remembered when this process hands the sandbox out (never changes).
@@ -19,8 +19,9 @@ Invariants a reader must not break:
   sandbox saved or deleted rewrites its entry (ids reused after a rollback or a reset
   database cannot serve a stale owner). Changes that send no signal here (another
   process's, or a queryset ``update()``) reach this map only through the TTL: such a
-  revoked token or deactivated user may still authenticate for at most ``TOKEN_TTL_S``
-  seconds after the change.
+  revoked token or deactivated user may still authenticate for less than ``token_ttl_s()``
+  (1 s) after the change, in every process. The cost: a busy token is read from the
+  database once a second per process, not once a request.
 * Misses read the database in the request's own thread (``thread_sensitive``), whose
   connection Django closes (returns to the pool) when the request ends.
 """
@@ -31,6 +32,7 @@ import time
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models.signals import post_delete, post_save
 from rest_framework.authentication import TokenAuthentication
@@ -40,7 +42,6 @@ from sandboxes import selectors
 from sandboxes.models import Job, Sandbox
 from sandman_site.errors import NotFound
 
-TOKEN_TTL_S = 10.0
 _MAX_ENTRIES = 100_000  # a bound, not a tuning knob: a full map is simply emptied
 
 _tokens: dict[str, tuple[Any, float]] = {}
@@ -64,6 +65,12 @@ def clear() -> None:
 # --- authentication ------------------------------------------------------------------------
 
 
+def token_ttl_s() -> float:
+    """How long a token read from the database is trusted here: ``SANDMAN_API_TOKEN_TTL_S``
+    (1 s: issue 13, a token revoked anywhere stops working within 1 s)."""
+    return float(settings.SANDMAN_API_TOKEN_TTL_S)
+
+
 def cached_token_user(key: str, *, clock: Any = time.monotonic) -> Any | None:
     """The user of a token known here and not expired; None otherwise (no query)."""
     hit = _tokens.get(key)
@@ -80,7 +87,7 @@ async def token_user(key: str, *, clock: Any = time.monotonic) -> tuple[Any, Any
     user, token = await sync_to_async(
         TokenAuthentication().authenticate_credentials, thread_sensitive=True
     )(key)
-    _put(_tokens, key, (user, clock() + TOKEN_TTL_S))
+    _put(_tokens, key, (user, clock() + token_ttl_s()))
     return user, token
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.parsers import JSONParser
 from rest_framework.views import APIView
 
 from sandboxes.controller import Controller, PrewarmKey, get_controller
@@ -25,7 +24,29 @@ from sandboxes.quantities import (
     parse_bytes,
     parse_cpu_millis,
 )
-from sandman_site.errors import UnknownImage
+from sandman_site.errors import (
+    ControllerUnavailable,
+    GuardUnavailable,
+    InvalidTransition,
+    PoolCapReached,
+    ProviderError,
+    SandboxNotReady,
+    SandmanError,
+    UnknownImage,
+)
+from sandman_site.parsers import BoundedJSONParser
+
+# What a view that calls the controller can answer beyond its configuration (declared in
+# the OpenAPI document with ``sandman_site.openapi.error_responses``).
+CONTROLLER_ERRORS: tuple[type[SandmanError], ...] = (
+    UnknownImage,
+    InvalidTransition,
+    GuardUnavailable,
+    PoolCapReached,
+    ProviderError,
+    ControllerUnavailable,
+    SandboxNotReady,
+)
 
 
 class StrictSerializer(serializers.Serializer):
@@ -128,4 +149,4 @@ def prewarm_key(**fields: Any) -> PrewarmKey:
 class JsonApiView(APIView):
     """Base of every trainer view: bodies are JSON only (a form post is a 415, not a guess)."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]

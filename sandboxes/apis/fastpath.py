@@ -9,8 +9,10 @@ Django's handler, exactly the requests whose every check can be made from memory
 * with ``Authorization: Token <key>`` of a token ``access`` already knows,
 * on a job (or a sandbox this process handed out) the caller may see,
 * with a JSON object body that the view's own ``InputSerializer`` accepts (and, for an
-  acquire, no ``base_commit``: resolving one runs git), and without an ``Idempotency-Key``
-  (the views record and replay keyed calls).
+  acquire, no ``base_commit``: resolving one runs git), without an ``Idempotency-Key``
+  (the views record and replay keyed calls),
+* within the token's request rate (``sandman_site.ratelimit``; past it, the view's
+  throttle answers the 429).
 
 Invariants a reader must not break:
 * Anything else, and any surprise before the controller is called, FALLS THROUGH to
@@ -29,7 +31,6 @@ Invariants a reader must not break:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -40,6 +41,8 @@ from rest_framework.renderers import JSONRenderer
 
 from sandboxes.apis import access
 from sandman_site.errors import SandmanError
+from sandman_site.parsers import parse_json_bytes
+from sandman_site.ratelimit import hot_route_buckets
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger("django.request")
@@ -161,12 +164,18 @@ def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:
     content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
     if content_type != b"application/json":
         return None
-    data = json.loads(body, parse_constant=_refuse_constant)
+    # The API's own parser (bounds on depth and numbers); a refusal raises, and Django
+    # then gives the view's answer.
+    data = parse_json_bytes(body)
     return (user, data) if isinstance(data, dict) else None
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (DRF's parser refuses it too)")
+def _admitted(scope: Scope) -> bool:
+    """Spend one of the token's hot-route requests; False past its rate (the view's
+    throttle then answers, from the same buckets)."""
+    headers = dict(scope.get("headers") or [])
+    key = headers.get(b"authorization", b"").split()[1].decode("ascii", "replace")
+    return hot_route_buckets().take(key) == 0.0
 
 
 def _acquire(scope: Scope, body: bytes) -> Call | None:
@@ -184,6 +193,8 @@ def _acquire(scope: Scope, body: bytes) -> Call | None:
         return None
     serializer = JobAcquireApi.InputSerializer(data=data)
     if not serializer.is_valid():
+        return None
+    if not _admitted(scope):
         return None
     ctl = controller()
 
@@ -208,6 +219,8 @@ def _release(scope: Scope, body: bytes) -> Call | None:
         return None
     serializer = SandboxReleaseApi.InputSerializer(data=data)
     if not serializer.is_valid():
+        return None
+    if not _admitted(scope):
         return None
     outcome = serializer.validated_data.get("outcome") or {}
     ctl = controller()

@@ -24,6 +24,7 @@ from sandboxes import selectors
 from sandboxes.apis import access, idempotency
 from sandboxes.apis.asyncview import AsyncJsonApiView, validate_off_loop
 from sandboxes.apis.common import (
+    CONTROLLER_ERRORS,
     JsonApiView,
     SpecSerializer,
     StrictCharField,
@@ -35,6 +36,9 @@ from sandboxes.apis.common import (
 from sandboxes.models import Job
 from sandboxes.services.jobs import job_delete
 from sandboxes.states import Egress, Role, SandboxSource
+from sandman_site.errors import AcquireTimeout
+from sandman_site.openapi import error_responses
+from sandman_site.ratelimit import HotRouteThrottle
 
 
 def _default(field: str) -> Any:
@@ -189,9 +193,9 @@ class JobListApi(JsonApiView):
 
     @extend_schema(operation_id="job_list", responses={200: JobOutputSerializer(many=True)})
     def get(self, request: Request) -> Response:
-        from rest_framework.pagination import LimitOffsetPagination
+        from sandman_site.pagination import Page
 
-        paginator = LimitOffsetPagination()
+        paginator = Page()
         qs = selectors.job_list_for_user(user=request.user).select_related("owner")
         page = paginator.paginate_queryset(qs, request, view=self)
         assert page is not None  # REST_FRAMEWORK["PAGE_SIZE"] is set: always a page
@@ -241,7 +245,10 @@ class JobAcquireApi(AsyncJsonApiView):
     second one (``sandboxes.apis.idempotency``).
 
     Async (the hot route): ownership from ``access``, then the body, then the controller.
+    Per-token rate: ``sandman_site.ratelimit`` (429 with ``Retry-After``).
     """
+
+    throttle_classes = [HotRouteThrottle]
 
     class InputSerializer(StrictSerializer):
         class Meta:
@@ -272,7 +279,9 @@ class JobAcquireApi(AsyncJsonApiView):
         queue_ms = serializers.FloatField()
 
     @extend_schema(
-        operation_id="job_acquire", request=InputSerializer, responses={200: OutputSerializer}
+        operation_id="job_acquire",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **error_responses(*CONTROLLER_ERRORS, AcquireTimeout)},
     )
     async def post(self, request: Request, job_id: int) -> Response:
         await access.check_job(user=request.user, job_id=job_id)
@@ -332,7 +341,11 @@ class JobPrewarmApi(JsonApiView):
             many=True, allow_empty=False, max_length=256
         )
 
-    @extend_schema(operation_id="job_prewarm", request=InputSerializer, responses={202: _ACCEPTED})
+    @extend_schema(
+        operation_id="job_prewarm",
+        request=InputSerializer,
+        responses={202: _ACCEPTED, **error_responses(*CONTROLLER_ERRORS)},
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         data = JobPrewarmApi.InputSerializer(data=request.data)
@@ -349,7 +362,11 @@ class JobDrainApi(JsonApiView):
         class Meta:
             ref_name = "DrainInput"
 
-    @extend_schema(operation_id="job_drain", request=None, responses={202: _ACCEPTED})
+    @extend_schema(
+        operation_id="job_drain",
+        request=None,
+        responses={202: _ACCEPTED, **error_responses(400, *CONTROLLER_ERRORS)},
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         data = JobDrainApi.InputSerializer(data=request.data or {})

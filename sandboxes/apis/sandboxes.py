@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -20,6 +19,7 @@ from sandboxes import selectors
 from sandboxes.apis import access, idempotency
 from sandboxes.apis.asyncview import AsyncJsonApiView
 from sandboxes.apis.common import (
+    CONTROLLER_ERRORS,
     JsonApiView,
     SpecOutputSerializer,
     StrictCharField,
@@ -29,6 +29,10 @@ from sandboxes.apis.common import (
 from sandboxes.models import Sandbox
 from sandboxes.services.lifetimes import MAX_RENEW_S, sandbox_renew
 from sandboxes.states import Role, SandboxState
+from sandman_site.openapi import error_responses
+from sandman_site.pagination import Page
+from sandman_site.parsers import I64_MAX
+from sandman_site.ratelimit import HotRouteThrottle
 
 _VERDICTS = (("pass", "pass"), ("fail", "fail"), ("none", "none"))
 
@@ -67,7 +71,9 @@ class SandboxListApi(JsonApiView):
         class Meta:
             ref_name = "SandboxFilter"
 
-        job = serializers.IntegerField(min_value=1, required=False)
+        job = serializers.IntegerField(
+            min_value=1, max_value=I64_MAX, required=False, help_text="only this job's sandboxes"
+        )
         state = serializers.ChoiceField(choices=SandboxState.choices, required=False)
         role = serializers.ChoiceField(choices=Role.choices, required=False)
 
@@ -75,11 +81,7 @@ class SandboxListApi(JsonApiView):
 
     @extend_schema(
         operation_id="sandbox_list",
-        parameters=[
-            OpenApiParameter("job", int, description="only this job's sandboxes"),
-            OpenApiParameter("state", str, enum=SandboxState.values),
-            OpenApiParameter("role", str, enum=Role.values),
-        ],
+        parameters=[FilterSerializer],
         responses={200: SandboxOutputSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
@@ -89,7 +91,7 @@ class SandboxListApi(JsonApiView):
         qs = selectors.sandbox_list_for_user(
             user=request.user, job_id=f.get("job"), state=f.get("state"), role=f.get("role")
         )
-        paginator = LimitOffsetPagination()
+        paginator = Page()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(
             SandboxListApi.OutputSerializer(page, many=True).data
@@ -150,7 +152,10 @@ class SandboxReleaseApi(AsyncJsonApiView):
     """POST /api/v1/sandboxes/{id}/release/ — give the sandbox back, with the grading outcome.
 
     Async (the hot route): visibility from ``access``, then the body, then the controller.
+    Per-token rate: ``sandman_site.ratelimit`` (429 with ``Retry-After``).
     """
+
+    throttle_classes = [HotRouteThrottle]
 
     class InputSerializer(StrictSerializer):
         class Meta:
@@ -166,7 +171,7 @@ class SandboxReleaseApi(AsyncJsonApiView):
     @extend_schema(
         operation_id="sandbox_release",
         request=InputSerializer,
-        responses={200: OutputSerializer},
+        responses={200: OutputSerializer, **error_responses(*CONTROLLER_ERRORS)},
     )
     async def post(self, request: Request, sandbox_id: int) -> Response:
         await access.check_sandbox(user=request.user, sandbox_id=sandbox_id)

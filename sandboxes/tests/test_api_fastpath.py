@@ -100,6 +100,14 @@ async def close_thread_connections():
     await sync_to_async(connections.close_all)()
 
 
+@pytest.fixture(autouse=True)
+def token_known_across_a_create(settings):
+    """These tests ask which side answered; a token read once must stay known while a
+    sandbox is created on a loaded machine, longer than the 1 s revocation window
+    (that window is tested in ``test_api_access``)."""
+    settings.SANDMAN_API_TOKEN_TTL_S = 600.0
+
+
 @pytest.fixture
 def trainer(controller) -> dict[str, Any]:
     from sandboxes.services.jobs import job_create

@@ -22,6 +22,13 @@ SPEC = {"cpu": "500m", "memory": "256Mi"}
 BAD_BODY = {"image": "sandman/empty", "spec": {"cpu": "lots", "memory": "1Gi"}}
 
 
+@pytest.fixture(autouse=True)
+def token_known_across_a_create(settings):
+    """A token read once stays known while a sandbox is created on a loaded machine,
+    longer than the 1 s revocation window (tested in ``test_api_access``)."""
+    settings.SANDMAN_API_TOKEN_TTL_S = 600.0
+
+
 def _acquire(client: APIClient, job_id: int, body: dict[str, Any]):
     return client.post(f"/api/v1/jobs/{job_id}/acquire/", body, format="json")
 

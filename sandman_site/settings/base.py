@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI / Redoc assets, served as static files
     "channels",
     "sandboxes",
     "grading",
@@ -93,6 +94,8 @@ STATICFILES_DIRS = [
 ]
 
 LOGIN_URL = "/admin/login/"
+# A CSRF refusal under /api/ is the API's JSON error; the pages keep Django's own page.
+CSRF_FAILURE_VIEW = "sandman_site.views.csrf_failure"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -100,10 +103,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "sandman_site.pagination.Page",
+    # JSON only, bounded (sandman_site.parsers): a form or multipart body is a 415.
+    "DEFAULT_PARSER_CLASSES": ["sandman_site.parsers.BoundedJSONParser"],
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "sandman_site.api_errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "sandman_site.openapi.SandmanAutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -111,7 +116,26 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Sandboxes for agentic RL: jobs, acquisitions, gradings, incidents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The docs page loads its scripts from this server (drf-spectacular-sidecar), no CDN.
+    # (No Redoc page: drf-spectacular's Redoc template links Google Fonts.)
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Swagger UI would otherwise send the document to validator.swagger.io.
+    "SWAGGER_UI_SETTINGS": {"validatorUrl": None, "persistAuthorization": False},
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "sandman_site.openapi.bound_body_integers",
+    ],
 }
+# Limits that protect the API (README "Limits"): body bytes, JSON nesting, page size.
+SANDMAN_API_MAX_BODY_BYTES = env_int("SANDMAN_API_MAX_BODY_BYTES", 8 * 1024 * 1024)
+SANDMAN_API_MAX_JSON_DEPTH = env_int("SANDMAN_API_MAX_JSON_DEPTH", 32)
+SANDMAN_API_MAX_PAGE_SIZE = env_int("SANDMAN_API_MAX_PAGE_SIZE", 1000)
+# Per-token rate of the hot routes (acquire, release), per process; 0 turns it off.
+SANDMAN_API_HOT_RATE_PER_S = env_float("SANDMAN_API_HOT_RATE_PER_S", 1000.0)
+SANDMAN_API_HOT_BURST = env_int("SANDMAN_API_HOT_BURST", 2000)
+# How long a process trusts a token it read (the revocation window of every process).
+SANDMAN_API_TOKEN_TTL_S = env_float("SANDMAN_API_TOKEN_TTL_S", 1.0)
 
 CHANNEL_LAYERS = {
     "default": (
