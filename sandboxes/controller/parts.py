@@ -4,7 +4,8 @@ Each collaborator receives in its constructor only what it uses; they share noth
 the :class:`ControllerState` and each other's PUBLIC methods. The order of construction is
 the dependency order (no collaborator needs one built after it):
 
-    TaskOwner, AcquireGate -> Runtimes, Deleter, Ownership, ReuseChecker -> CreateRunner,
+    TaskOwner, AcquireGate, WriteBatcher -> Runtimes, Deleter, Ownership, ReuseChecker ->
+    CreateRunner,
     WarmHandOut -> Acquirer, Drainer -> Releaser, Reconciler -> MaintenanceRunner, Sweeper
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxes.controller.acquire import Acquirer
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.creates import CreateRunner
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.drain import Drainer
@@ -69,7 +71,8 @@ class Parts:
         deleter = Deleter(state, tasks, gate)
         ownership = Ownership(state)
         reuse = ReuseChecker(tasks, state.now, tuning.execd_timeout_s)
-        creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse)
+        batcher = WriteBatcher(state)
+        creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse, batcher)
         warm = WarmHandOut(state, tasks, deleter, tuning.health_timeout_s)
         acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm)
         drainer = Drainer(state, tasks, runtimes, deleter, ownership)

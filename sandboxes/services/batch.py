@@ -1,0 +1,148 @@
+"""Many sandbox writes in one transaction, one query of each kind (the controller's batch).
+
+Under a burst the controller makes five writes per create (the row, ``creating``, the
+handle, ``ready``, the hand-out), each once one lock + one save + one events insert. The
+controller's ``WriteBatcher`` hands what queued up meanwhile to these services instead:
+
+* :func:`sandbox_request_many` inserts the rows of many creates (one INSERT of rows, one of
+  their ``state`` events) -- the row-before-send rule holds per create, since each create
+  waits for its row before it asks the pacer;
+* :func:`sandbox_moves_apply` locks every row of the batch (ONE ``SELECT ... FOR UPDATE``),
+  applies each move by the same rules as a single write (``moves.plan_move``), then saves
+  them with ONE bulk UPDATE and records their events with ONE bulk INSERT.
+
+Invariants a reader must not break: a move that is refused (``InvalidTransition``, or its
+row is gone: ``NotFound``) leaves its row untouched and is answered with that error, the
+others still commit; moves of one sandbox in one batch apply in submission order; the
+dashboards hear of each state change after the commit, as for a single write.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from execd.tokens import derive_token
+from sandboxes import events
+from sandboxes.models import Job, Sandbox, SandboxEvent
+from sandboxes.services._publish import publish_on_commit
+from sandboxes.services.moves import SandboxMove, plan_move
+from sandboxes.services.sandboxes import new_sandbox_name, payload
+from sandboxes.states import SandboxState
+from sandman_site.errors import NotFound, SandmanError
+
+Outcome = Sandbox | SandmanError
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """The row of one create about to be sent (``sandbox_request``'s arguments)."""
+
+    job_id: int
+    role: str
+    image: str
+    base_commit: str | None
+    cpu_millis: int
+    memory_bytes: int
+    workspace_bytes: int | None
+    key_hash: str
+    backend: str
+    now: dt.datetime
+
+
+def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]:
+    """Insert the ``requested`` rows of many creates; per request its row or ``NotFound``."""
+    with transaction.atomic():
+        job_ids = {r.job_id for r in requests}
+        jobs = {
+            j.pk: j for j in Job.objects.filter(pk__in=job_ids).only("pk", "egress", "execd_key")
+        }
+        rows: list[Sandbox] = []
+        out: list[Outcome] = []
+        for r in requests:
+            job = jobs.get(r.job_id)
+            if job is None:
+                out.append(NotFound(f"job {r.job_id} does not exist"))
+                continue
+            name = new_sandbox_name(job.pk)
+            row = Sandbox(
+                job=job,
+                name=name,
+                nonce=secrets.token_hex(16),
+                token=derive_token(job.execd_key.encode(), name),
+                backend=r.backend,
+                role=r.role,
+                state=SandboxState.REQUESTED,
+                image=r.image,
+                base_commit=r.base_commit or "",
+                cpu_millis=r.cpu_millis,
+                memory_bytes=r.memory_bytes,
+                workspace_bytes=r.workspace_bytes,
+                key_hash=r.key_hash,
+                egress=job.egress,
+                requested_at=r.now,
+            )
+            rows.append(row)
+            out.append(row)
+        Sandbox.objects.bulk_create(rows)  # PostgreSQL and SQLite >= 3.35 return the pks
+        SandboxEvent.objects.bulk_create(
+            [
+                SandboxEvent(
+                    sandbox=row,
+                    kind=events.STATE,
+                    at=row.requested_at,
+                    detail={"from": "", "to": SandboxState.REQUESTED},
+                )
+                for row in rows
+            ]
+        )
+        for row in rows:
+            publish_on_commit("sandbox.state", payload(row, previous="", at=row.requested_at))
+    return out
+
+
+def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:
+    """Apply many moves in one transaction; per move its row or the error that refused it."""
+    with transaction.atomic():
+        ids = sorted({m.sandbox_id for m in moves})  # one lock order: no deadlock between batches
+        locked = {
+            s.pk: s for s in Sandbox.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+        }
+        stamp = timezone.now()
+        changed: set[str] = set()
+        dirty: dict[int, Sandbox] = {}
+        recorded: list[SandboxEvent] = []
+        messages: list[dict[str, object]] = []
+        out: list[Outcome] = []
+        for move in moves:
+            row = locked.get(move.sandbox_id)
+            if row is None:
+                out.append(NotFound(f"sandbox {move.sandbox_id} does not exist"))
+                continue
+            try:
+                planned = plan_move(row, move)
+            except SandmanError as exc:
+                out.append(exc)
+                continue
+            row.updated_at = stamp
+            changed |= planned.changed
+            dirty[row.pk] = row
+            recorded.extend(
+                SandboxEvent(sandbox=row, kind=kind, at=at, detail=detail)
+                for kind, at, detail in planned.events
+            )
+            if move.to is not None and move.publish:
+                # Taken now: a later move of the same row in this batch changes it again.
+                messages.append(payload(row, previous=planned.previous, at=move.now))
+            out.append(row)
+        if dirty:
+            Sandbox.objects.bulk_update(list(dirty.values()), fields=sorted(changed))
+        SandboxEvent.objects.bulk_create(recorded)
+        for message in messages:
+            publish_on_commit("sandbox.state", message)
+    return out
