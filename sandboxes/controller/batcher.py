@@ -1,10 +1,11 @@
 """Coalesce the controller's per-sandbox writes into batches (``services/batch.py``).
 
 Every create makes five writes (its row, ``creating``, the handle, ``ready``, the
-hand-out). One at a time each costs a lock, a save, an events insert and a commit on the
-database executor: under a 600-pod burst that was half of the controller's CPU (profile in
-``bench/results/profile_before.txt``). The :class:`WriteBatcher` queues them instead and
-hands everything queued to ONE service call per batch.
+hand-out), its acquire one more (the acquisition), and its delete two (``deleting`` with its
+pending row, then the confirmation). One at a time each costs a lock, a save, an events
+insert and a commit on the database executor: under a 600-pod burst that was half of the
+controller's CPU (``bench/results/profile_before.txt``). The :class:`WriteBatcher` queues
+them instead and hands everything queued to ONE service call per batch.
 
 Rules a reader must not break:
 * Batches form by themselves, with no timer: a lane (kind x priority) has at most ONE batch
@@ -31,9 +32,16 @@ from sandboxes.controller.state import ControllerState
 from sandboxes.models import Sandbox
 from sandboxes.services.batch import (
     SandboxRequest,
+    acquisition_record_many,
     sandbox_moves_apply,
     sandbox_request_many,
 )
+from sandboxes.services.batch_deletes import (
+    DeleteRequest,
+    pending_delete_confirmed_many,
+    sandbox_begin_delete_many,
+)
+from sandboxes.services.deletes import DeleteOrder
 from sandboxes.services.moves import SandboxMove
 
 MAX_BATCH = 500
@@ -43,15 +51,16 @@ MAX_BATCH = 500
 class _Lane:
     apply: Callable[..., list[Any]]
     priority: int
-    pending: list[tuple[Any, asyncio.Future[Sandbox]]] = field(default_factory=list)
+    pending: list[tuple[Any, asyncio.Future[Any]]] = field(default_factory=list)
     busy: bool = False
 
 
 class WriteBatcher:
     """Queues sandbox rows and moves; one batch in flight per lane (kind x priority)."""
 
-    def __init__(self, state: ControllerState) -> None:
+    def __init__(self, state: ControllerState, *, max_batch: int = MAX_BATCH) -> None:
         self._state = state
+        self._max = max(1, max_batch)
         self._lanes: dict[tuple[str, bool], _Lane] = {}
         self._flushes: set[asyncio.Task[None]] = set()
         self.batches = 0
@@ -60,19 +69,39 @@ class WriteBatcher:
 
     async def request(self, request: SandboxRequest, *, urgent: bool = False) -> Sandbox:
         """The ``requested`` row of one create (its pk set)."""
-        return await self._submit("request", request, urgent, _apply_requests)
+        row: Sandbox = await self._submit("request", request, urgent, _apply_requests)
+        return row
 
     async def move(self, move: SandboxMove, *, urgent: bool = False) -> Sandbox:
         """Apply one move; its refusal (``InvalidTransition``, ``NotFound``) is raised here."""
-        return await self._submit("move", move, urgent, _apply_moves)
+        row: Sandbox = await self._submit("move", move, urgent, _apply_moves)
+        return row
+
+    async def acquisition(self, record: dict[str, Any], *, urgent: bool = False) -> None:
+        """One finished acquisition (``acquisition_record``'s keyword arguments)."""
+        await self._submit("acquisition", record, urgent, _apply_acquisitions)
+
+    async def begin_delete(self, request: DeleteRequest) -> DeleteOrder | None:
+        """``sandbox_begin_delete``: the order to send, or None (nothing on the backend)."""
+        order: DeleteOrder | None = await self._submit(
+            "begin_delete", request, False, _apply_begin_deletes
+        )
+        return order
+
+    async def confirm_deleted(self, name: str) -> int | None:
+        """``pending_delete_confirmed``: the sandbox id ended, if any."""
+        ended: int | None = await self._submit(
+            "confirm_deleted", (name, self._state.now()), False, _apply_confirmed
+        )
+        return ended
 
     async def _submit(
         self, kind: str, item: Any, urgent: bool, apply: Callable[..., list[Any]]
-    ) -> Sandbox:
+    ) -> Any:
         lane = self._lanes.get((kind, urgent))
         if lane is None:
             lane = self._lanes[(kind, urgent)] = _Lane(apply, URGENT if urgent else BACKGROUND)
-        fut: asyncio.Future[Sandbox] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         lane.pending.append((item, fut))
         if not lane.busy:
             lane.busy = True
@@ -85,8 +114,8 @@ class WriteBatcher:
         """Send the lane's queue, batch after batch, until it is empty."""
         try:
             while lane.pending:
-                taken = [(i, f) for i, f in lane.pending[:MAX_BATCH] if not f.done()]
-                del lane.pending[:MAX_BATCH]
+                taken = [(i, f) for i, f in lane.pending[: self._max] if not f.done()]
+                del lane.pending[: self._max]
                 if not taken:
                     continue
                 self.batches += 1
@@ -125,3 +154,16 @@ def _apply_requests(items: Sequence[SandboxRequest]) -> list[Any]:
 
 def _apply_moves(items: Sequence[SandboxMove]) -> list[Any]:
     return list(sandbox_moves_apply(moves=items))
+
+
+def _apply_acquisitions(items: Sequence[dict[str, Any]]) -> list[Any]:
+    return list(acquisition_record_many(records=items))
+
+
+def _apply_begin_deletes(items: Sequence[DeleteRequest]) -> list[Any]:
+    return list(sandbox_begin_delete_many(requests=items))
+
+
+def _apply_confirmed(items: Sequence[tuple[str, Any]]) -> list[Any]:
+    now = max(at for _, at in items)
+    return list(pending_delete_confirmed_many(names=[name for name, _ in items], now=now))

@@ -9,7 +9,8 @@ controller's ``WriteBatcher`` hands what queued up meanwhile to these services i
   waits for its row before it asks the pacer;
 * :func:`sandbox_moves_apply` locks every row of the batch (ONE ``SELECT ... FOR UPDATE``),
   applies each move by the same rules as a single write (``moves.plan_move``), then saves
-  them with ONE bulk UPDATE and records their events with ONE bulk INSERT.
+  them with ONE bulk UPDATE and records their events with ONE bulk INSERT;
+* :func:`acquisition_record_many` inserts the finished acquisitions of many acquires.
 
 Invariants a reader must not break: a move that is refused (``InvalidTransition``, or its
 row is gone: ``NotFound``) leaves its row untouched and is answered with that error, the
@@ -23,18 +24,20 @@ import datetime as dt
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from execd.tokens import derive_token
 from sandboxes import events
-from sandboxes.models import Job, Sandbox, SandboxEvent
+from sandboxes.models import Acquisition, Job, Sandbox, SandboxEvent
 from sandboxes.services._publish import publish_on_commit
+from sandboxes.services.acquisitions import acquisition_published
 from sandboxes.services.moves import SandboxMove, plan_move
 from sandboxes.services.sandboxes import new_sandbox_name, payload
-from sandboxes.states import SandboxState
-from sandman_site.errors import NotFound, SandmanError
+from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome, SandboxState
+from sandman_site.errors import InvalidTransition, NotFound, SandmanError
 
 Outcome = Sandbox | SandmanError
 
@@ -113,36 +116,82 @@ def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:
         locked = {
             s.pk: s for s in Sandbox.objects.select_for_update().filter(pk__in=ids).order_by("pk")
         }
-        stamp = timezone.now()
-        changed: set[str] = set()
-        dirty: dict[int, Sandbox] = {}
-        recorded: list[SandboxEvent] = []
-        messages: list[dict[str, object]] = []
-        out: list[Outcome] = []
-        for move in moves:
-            row = locked.get(move.sandbox_id)
-            if row is None:
-                out.append(NotFound(f"sandbox {move.sandbox_id} does not exist"))
+        return apply_moves_locked(locked, moves)
+
+
+def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove]) -> list[Outcome]:
+    """:func:`sandbox_moves_apply` on rows the caller locked in ITS open transaction."""
+    stamp = timezone.now()
+    changed: set[str] = set()
+    dirty: dict[int, Sandbox] = {}
+    recorded: list[SandboxEvent] = []
+    messages: list[dict[str, Any]] = []
+    out: list[Outcome] = []
+    for move in moves:
+        row = locked.get(move.sandbox_id)
+        if row is None:
+            out.append(NotFound(f"sandbox {move.sandbox_id} does not exist"))
+            continue
+        try:
+            planned = plan_move(row, move)
+        except SandmanError as exc:
+            out.append(exc)
+            continue
+        row.updated_at = stamp
+        changed |= planned.changed
+        dirty[row.pk] = row
+        recorded.extend(
+            SandboxEvent(sandbox=row, kind=kind, at=at, detail=detail)
+            for kind, at, detail in planned.events
+        )
+        if move.to is not None and move.publish:
+            # Taken now: a later move of the same row in this batch changes it again.
+            messages.append(payload(row, previous=planned.previous, at=move.now))
+        out.append(row)
+    if dirty:
+        Sandbox.objects.bulk_update(list(dirty.values()), fields=sorted(changed))
+    SandboxEvent.objects.bulk_create(recorded)
+    for message in messages:
+        publish_on_commit("sandbox.state", message)
+    return out
+
+
+def _finished_at(row: Acquisition) -> dt.datetime:
+    assert row.finished_at is not None  # set from the record's ``now`` above
+    return row.finished_at
+
+
+def acquisition_record_many(
+    *, records: Sequence[dict[str, Any]]
+) -> list[Acquisition | SandmanError]:
+    """Insert many finished acquisitions (``acquisition_record``'s keyword arguments each)
+    with one INSERT; a record whose outcome is not a finished one is refused alone."""
+    with transaction.atomic():
+        rows: list[Acquisition] = []
+        out: list[Acquisition | SandmanError] = []
+        for r in records:
+            if r["outcome"] not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
+                out.append(InvalidTransition(f"{r['outcome']!r} is not a finished outcome"))
                 continue
-            try:
-                planned = plan_move(row, move)
-            except SandmanError as exc:
-                out.append(exc)
-                continue
-            row.updated_at = stamp
-            changed |= planned.changed
-            dirty[row.pk] = row
-            recorded.extend(
-                SandboxEvent(sandbox=row, kind=kind, at=at, detail=detail)
-                for kind, at, detail in planned.events
+            row = Acquisition(
+                job_id=r["job_id"],
+                user_id=r.get("user_id"),
+                role=r["role"],
+                image=r["image"],
+                key_hash=r["key_hash"],
+                outcome=r["outcome"],
+                source=r.get("source", ""),
+                sandbox_id=r.get("sandbox_id"),
+                started_at=r["started_at"],
+                finished_at=r["now"],
+                queue_ms=r.get("queue_ms"),
+                create_ms=r.get("create_ms"),
+                wait_ms=r.get("wait_ms"),
+                detail=str(r.get("detail", ""))[:2000],
             )
-            if move.to is not None and move.publish:
-                # Taken now: a later move of the same row in this batch changes it again.
-                messages.append(payload(row, previous=planned.previous, at=move.now))
+            rows.append(row)
             out.append(row)
-        if dirty:
-            Sandbox.objects.bulk_update(list(dirty.values()), fields=sorted(changed))
-        SandboxEvent.objects.bulk_create(recorded)
-        for message in messages:
-            publish_on_commit("sandbox.state", message)
+        Acquisition.objects.bulk_create(rows)
+        for row in rows:
+            acquisition_published(row, _finished_at(row))
     return out
