@@ -161,6 +161,10 @@ class KubernetesProvider:
             from django.conf import settings  # Django only when asked to read its settings
         return cls(config_from_settings(settings), **kwargs)
 
+    def api_call_ms(self) -> dict[str, list[float]]:
+        """The last client calls' durations in ms, per operation (create, delete, list...)."""
+        return {op: list(d) for op, d in self._calls.durations.items()}
+
     def _ensure_started(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if self._closed:
