@@ -125,12 +125,14 @@ class WriteBatcher:
                     outcomes = await self._state.db.run(
                         lane.apply, [i for i, _ in taken], priority=lane.priority
                     )
-                except BaseException as exc:  # the whole batch failed (database gone, stop)
+                except asyncio.CancelledError:  # shutdown: nobody settles these any more
+                    for _, fut in taken:
+                        fut.cancel()
+                    raise
+                except Exception as exc:  # the whole batch failed (database gone)
                     for _, fut in taken:
                         if not fut.done():
                             fut.set_exception(exc)
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
                     continue
                 for (_, fut), outcome in zip(taken, outcomes, strict=True):
                     if fut.done():

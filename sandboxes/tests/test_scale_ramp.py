@@ -46,6 +46,7 @@ def _managed(cluster: StandinCluster) -> list[str]:
     ]
 
 
+@pytest.mark.timeout(900)  # a generous bound for a loaded CI machine, not a timing claim
 def test_a_ramp_of_1000_acquires_fired_at_once_gets_all_ready_and_drains_to_zero_pods(
     make_controller: Callable[..., Controller], cluster: StandinCluster
 ) -> None:
