@@ -23,14 +23,22 @@ from sandboxes.models import Job, PendingDelete, Sandbox
 from sandboxes.tests.controller_support import acquire_args, make_job
 from standin import StandinCluster
 from standin.harness.support import NS, k8s_provider, wait_until
+from standin.scheduler import AddressModel
 
 N = 1000
 
 
 @pytest.fixture
 def cluster() -> Any:
-    # 12 nodes x 110 pods: room for 1,000 tiny pods with the spread constraint.
-    cluster = StandinCluster(nodes=12, mode="realtime", speed=10.0, seed=3)
+    # 12 nodes x 110 pods: room for 1,000 tiny pods with the spread constraint. Enough
+    # spare addresses per node that none fails: address failures are the bench's subject.
+    cluster = StandinCluster(
+        nodes=12,
+        mode="realtime",
+        speed=10.0,
+        seed=3,
+        address_model=AddressModel(warm_addresses=N),
+    )
     cluster.start()
     try:
         yield cluster
