@@ -40,7 +40,8 @@ Delivery rules a reader must not break:
   this process the send is scheduled ON their loop (``run_coroutine_threadsafe``, which
   never blocks, also from that loop's own thread). With no consumer in this process (a
   worker publishing through Redis) it goes to one small dispatcher thread with its own
-  loop, started on first use and stopped by :func:`shutdown`.
+  loop, started on first use and stopped by :func:`shutdown`; with no consumer and the
+  in-memory layer nobody can receive it, and the publish completes at once.
 * **Never raises, never blocks.** ``publish`` returns a ``concurrent.futures.Future`` that
   completes once the layer took the message, or carries the error (which is logged, at most
   one warning per ``_WARN_EVERY_S``). A dashboard that cannot be reached must not fail an
@@ -60,7 +61,7 @@ import threading
 import time
 from typing import Any
 
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 
@@ -179,6 +180,11 @@ def _dispatch(message: dict[str, Any], done: concurrent.futures.Future[None]) ->
         else:
             done.set_result(None)
 
+    if _listener_loop() is None and isinstance(get_channel_layer(), InMemoryChannelLayer):
+        # An in-memory layer's groups live in this process: with no consumer here nobody
+        # can receive it. Skipping the dispatcher's loop hop costs a burst nothing.
+        done.set_result(None)
+        return
     for attempt in range(2):
         loop = _listener_loop() if attempt == 0 else _dispatcher_loop()
         if loop is None:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from sandboxes import events
 from sandboxes.controller import queries
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.creates import CreateRunner
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.runtime import AcquireResult, CreateOutcome, JobRuntime
@@ -113,8 +114,10 @@ class Acquirer:
         creates: CreateRunner,
         deleter: Deleter,
         warm: WarmHandOut,
+        batcher: WriteBatcher,
     ) -> None:
         self._state = state
+        self._batcher = batcher
         self._tasks = tasks
         self._gate = gate
         self._runtimes = runtimes
@@ -186,21 +189,18 @@ class Acquirer:
                 await asyncio.shield(write)
             raise
         if not recorded:
-            await asyncio.shield(
-                tasks.spawn(
-                    tasks.db_now(
-                        acquisition_record,
-                        **record,
-                        outcome=AcquisitionOutcome.OK,
-                        now=state.now(),
-                        sandbox_id=result.sandbox_id,
-                        source=result.source,
-                        queue_ms=result.queue_ms,
-                        create_ms=result.create_ms,
-                        wait_ms=result.wait_ms,
-                    )
-                )
-            )
+            finished = {
+                **record,
+                "outcome": AcquisitionOutcome.OK,
+                "now": state.now(),
+                "sandbox_id": result.sandbox_id,
+                "source": result.source,
+                "queue_ms": result.queue_ms,
+                "create_ms": result.create_ms,
+                "wait_ms": result.wait_ms,
+            }
+            # Batched with the other acquires' rows written meanwhile (batcher.py).
+            await asyncio.shield(tasks.spawn(self._batcher.acquisition(finished, urgent=True)))
         return result
 
     async def _in_pool(

@@ -64,6 +64,7 @@ class Controller:
         health_timeout_s: float = 5.0,
         execd_timeout_s: float = 120.0,
         yield_to_acquires_s: float = 0.5,
+        write_batch_max: int = 500,
     ) -> None:
         self._provider = provider
         self._provider_factory = provider_factory or get_provider
@@ -84,6 +85,7 @@ class Controller:
             health_timeout_s=health_timeout_s,
             execd_timeout_s=execd_timeout_s,
             yield_to_acquires_s=yield_to_acquires_s,
+            write_batch_max=write_batch_max,
         )
         self.started = False
         self._stopping = False

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sandboxes import events
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.ownership import Ownership
 from sandboxes.controller.reuse import ReuseChecker
@@ -30,16 +29,9 @@ from sandboxes.controller.tasks import AcquireGate, TaskOwner
 from sandboxes.models import Sandbox
 from sandboxes.pool import CreateTicket, Purpose, Settle, WarmPod
 from sandboxes.providers.base import OwnerRef, SandboxSpec
-from sandboxes.services import (
-    sandbox_fail,
-    sandbox_hand_out,
-    sandbox_mark_creating,
-    sandbox_mark_gone,
-    sandbox_mark_ready,
-    sandbox_record_event,
-    sandbox_record_handle,
-    sandbox_request,
-)
+from sandboxes.services import sandbox_fail, sandbox_mark_gone, sandbox_record_event
+from sandboxes.services.batch import SandboxRequest
+from sandboxes.services.moves import creating_move, hand_out_move, handle_move, ready_move
 from sandboxes.states import Role, SandboxSource
 from sandman_site.errors import (
     ControllerUnavailable,
@@ -50,7 +42,6 @@ from sandman_site.errors import (
 )
 
 log = logging.getLogger(__name__)
-DbCall = Callable[..., Awaitable[Any]]
 
 
 @dataclass
@@ -73,8 +64,10 @@ class CreateRunner:
         deleter: Deleter,
         ownership: Ownership,
         reuse: ReuseChecker,
+        batcher: WriteBatcher,
     ) -> None:
         self._state = state
+        self._batcher = batcher
         self._tasks = tasks
         self._gate = gate
         self._deleter = deleter
@@ -100,11 +93,11 @@ class CreateRunner:
         progress = _Progress()
         # An acquire waits for this create: its writes go ahead of warm builds' writes,
         # and a warm build first lets the acquires in flight finish (tasks.py).
-        db = self._tasks.db_now if ticket.purpose is Purpose.ACQUIRE else self._tasks.db
+        urgent = ticket.purpose is Purpose.ACQUIRE
         try:
             if ticket.purpose is Purpose.WARM:
                 await self._gate.wait_turn()
-            ready_row, queue_ms, create_ms = await self._run(rt, ticket, db, progress)
+            ready_row, queue_ms, create_ms = await self._run(rt, ticket, urgent, progress)
             if rt.info.reuse_enabled and ticket.role == Role.GRADING:
                 await self._reuse.take_baseline(ready_row.pk, ready_row.address, ready_row.token)
             progress.settled = True
@@ -125,13 +118,15 @@ class CreateRunner:
             rt.notify()
 
     async def _run(
-        self, rt: JobRuntime, ticket: CreateTicket, db: DbCall, progress: _Progress
+        self, rt: JobRuntime, ticket: CreateTicket, urgent: bool, progress: _Progress
     ) -> tuple[Sandbox, float, float]:
-        """Row, pacer, slot, send, Ready: the ready row, queue and create times (ms)."""
-        state, key, info = self._state, ticket.key, rt.info
+        """Row, pacer, slot, send, Ready: the ready row, queue and create times (ms).
+
+        Each write goes through the batcher: under a burst it shares one transaction and
+        one query of each kind with the other creates' writes queued meanwhile."""
+        state, key, info, batch = self._state, ticket.key, rt.info, self._batcher
         t_admit = state.clock()
-        row = await db(
-            sandbox_request,
+        request = SandboxRequest(
             job_id=rt.job_id,
             role=ticket.role,
             image=key.image,
@@ -143,6 +138,7 @@ class CreateRunner:
             backend=state.backend,
             now=state.now(),
         )
+        row = await batch.request(request, urgent=urgent)
         progress.sandbox_id = ticket.sandbox_id = row.pk
         await rt.pacer.acquire()
         async with rt.slots:
@@ -150,23 +146,25 @@ class CreateRunner:
             if rt.pool.draining:
                 raise JobNotActive(f"job {rt.job_id} is draining")
             owner = await self._ownership.owner_for(rt)  # before sending: failure sends nothing
-            await db(sandbox_mark_creating, sandbox_id=row.pk, now=state.now())
+            await batch.move(creating_move(sandbox_id=row.pk, now=state.now()), urgent=urgent)
             progress.sent = True
             t_send = state.clock()
             handle = await self._tasks.settle(state.provider.create(_spec(rt, ticket, row, owner)))
-            await db(
-                sandbox_record_handle,
+            recorded = handle_move(
                 sandbox_id=row.pk,
                 uid=handle.uid,
                 ref=handle.ref,
                 api_created_at=state.now(),
                 now=state.now(),
             )
+            await batch.move(recorded, urgent=urgent)
             ready = await self._tasks.settle(
                 state.provider.wait_ready(handle, info.readiness_budget_s)
             )
             create_ms = (state.clock() - t_send) * 1000.0
-        ready_row = await db(sandbox_mark_ready, sandbox_id=row.pk, info=ready, now=state.now())
+        ready_row = await batch.move(
+            ready_move(sandbox_id=row.pk, info=ready, now=state.now()), urgent=urgent
+        )
         return ready_row, queue_ms, create_ms
 
     def _abandon_unsettled(self, rt: JobRuntime, ticket: CreateTicket, progress: _Progress) -> None:
@@ -222,13 +220,13 @@ class CreateRunner:
     async def _hand_out(
         self, rt: JobRuntime, ticket: CreateTicket, row: Sandbox, queue_ms: float, create_ms: float
     ) -> None:
-        await self._tasks.db_now(
-            sandbox_hand_out,
+        move = hand_out_move(
             sandbox_id=row.pk,
             source=SandboxSource.CREATED.value,
             role=ticket.role,
             now=self._state.now(),
         )
+        await self._batcher.move(move, urgent=True)
         rt.pool.hand_out(row.pk, ticket.key)
         waiter = rt.waiters.get(ticket.ticket_id)
         if ticket.abandoned or waiter is None or waiter.done():

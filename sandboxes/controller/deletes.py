@@ -17,16 +17,13 @@ import asyncio
 import logging
 
 from sandboxes.controller import queries
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.runtime import JobRuntime
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import AcquireGate, TaskOwner
 from sandboxes.providers.base import Handle
-from sandboxes.services import (
-    DeleteOrder,
-    pending_delete_confirmed,
-    pending_delete_failed,
-    sandbox_begin_delete,
-)
+from sandboxes.services import DeleteOrder, pending_delete_failed
+from sandboxes.services.batch_deletes import DeleteRequest
 from sandman_site.errors import ProviderConflict
 
 log = logging.getLogger(__name__)
@@ -35,10 +32,13 @@ log = logging.getLogger(__name__)
 class Deleter:
     """Every delete the controller sends, and the retries of those not confirmed."""
 
-    def __init__(self, state: ControllerState, tasks: TaskOwner, gate: AcquireGate) -> None:
+    def __init__(
+        self, state: ControllerState, tasks: TaskOwner, gate: AcquireGate, batcher: WriteBatcher
+    ) -> None:
         self._state = state
         self._tasks = tasks
         self._gate = gate
+        self._batcher = batcher
 
     async def delete_sandbox(
         self, rt: JobRuntime | None, sandbox_id: int, *, reason: str, kind: str = ""
@@ -47,13 +47,10 @@ class Deleter:
         if rt is not None:
             rt.pool.forget(sandbox_id)
             rt.refs.pop(sandbox_id, None)
-        order = await self._tasks.db(
-            sandbox_begin_delete,
-            sandbox_id=sandbox_id,
-            reason=reason,
-            now=self._state.now(),
-            kind=kind,
+        request = DeleteRequest(
+            sandbox_id=sandbox_id, reason=reason, now=self._state.now(), kind=kind
         )
+        order = await self._batcher.begin_delete(request)  # batched with other deletes
         if order is None:
             return True
         return await self.destroy(order)
@@ -93,7 +90,7 @@ class Deleter:
                 now=state.now(),
             )
             return False
-        await self._tasks.db(pending_delete_confirmed, name=order.name, now=state.now())
+        await self._batcher.confirm_deleted(order.name)
         return True
 
     async def retry_due(self, *, all_due: bool = False) -> int:

@@ -4,7 +4,8 @@ Each collaborator receives in its constructor only what it uses; they share noth
 the :class:`ControllerState` and each other's PUBLIC methods. The order of construction is
 the dependency order (no collaborator needs one built after it):
 
-    TaskOwner, AcquireGate -> Runtimes, Deleter, Ownership, ReuseChecker -> CreateRunner,
+    TaskOwner, AcquireGate, WriteBatcher -> Runtimes, Deleter, Ownership, ReuseChecker ->
+    CreateRunner,
     WarmHandOut -> Acquirer, Drainer -> Releaser, Reconciler -> MaintenanceRunner, Sweeper
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxes.controller.acquire import Acquirer
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.creates import CreateRunner
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.drain import Drainer
@@ -41,6 +43,7 @@ class Tuning:
     health_timeout_s: float = 5.0
     execd_timeout_s: float = 120.0
     yield_to_acquires_s: float = 0.5
+    write_batch_max: int = 500  # writes per batch (batcher.py); 1 = one write per transaction
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Parts:
     state: ControllerState
     tasks: TaskOwner
     gate: AcquireGate
+    batcher: WriteBatcher
     runtimes: Runtimes
     deleter: Deleter
     reuse: ReuseChecker
@@ -66,12 +70,13 @@ class Parts:
         tasks = TaskOwner(state)
         gate = AcquireGate(tuning.yield_to_acquires_s)
         runtimes = Runtimes(state, tasks)
-        deleter = Deleter(state, tasks, gate)
+        batcher = WriteBatcher(state, max_batch=tuning.write_batch_max)
+        deleter = Deleter(state, tasks, gate, batcher)
         ownership = Ownership(state)
         reuse = ReuseChecker(tasks, state.now, tuning.execd_timeout_s)
-        creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse)
+        creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse, batcher)
         warm = WarmHandOut(state, tasks, deleter, tuning.health_timeout_s)
-        acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm)
+        acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm, batcher)
         drainer = Drainer(state, tasks, runtimes, deleter, ownership)
         releaser = Releaser(state, tasks, runtimes, deleter, creates, reuse)
         reconciler = Reconciler(state, tasks, runtimes, deleter)
@@ -82,6 +87,7 @@ class Parts:
             state=state,
             tasks=tasks,
             gate=gate,
+            batcher=batcher,
             runtimes=runtimes,
             deleter=deleter,
             reuse=reuse,
@@ -101,6 +107,11 @@ class Parts:
             "started": True,
             "reconciled": state.reconciled,
             "cluster_queue": state.cluster.queue_length,
+            "write_batches": {
+                "batches": self.batcher.batches,
+                "writes": self.batcher.writes,
+                "largest": self.batcher.largest,
+            },
             "jobs": {
                 job_id: {**rt.pool.snapshot(), "queue": rt.pacer.queue_length}
                 for job_id, rt in state.runtimes.items()

@@ -110,11 +110,12 @@ def acquisition_insert(
         wait_ms=wait_ms,
         detail=detail[:2000],
     )
-    _publish(acq, now)
+    acquisition_published(acq, now)
     return acq
 
 
-def _publish(acq: Acquisition, now: dt.datetime) -> None:
+def acquisition_published(acq: Acquisition, now: dt.datetime) -> None:
+    """Tell the dashboards of a finished acquisition after the commit."""
     publish_on_commit(
         "acquisition",
         {
@@ -173,5 +174,5 @@ def acquisition_finish(
                 "detail",
             ]
         )
-        _publish(acq, now)
+        acquisition_published(acq, now)
     return acq

@@ -43,7 +43,8 @@ def delete_backoff_s(attempts: int) -> float:
     return float(min(30, 2 ** max(0, attempts - 1)))
 
 
-def _order(pending: PendingDelete) -> DeleteOrder:
+def pending_order(pending: PendingDelete) -> DeleteOrder:
+    """The order to send for one pending delete row."""
     return DeleteOrder(
         name=pending.name,
         nonce=pending.nonce,
@@ -107,7 +108,7 @@ def _begin_delete_locked(
             "next_attempt_at": now,
         },
     )
-    return _order(pending)
+    return pending_order(pending)
 
 
 def sandbox_release_and_begin_delete(
@@ -165,7 +166,7 @@ def pending_delete_for_unknown(
                 "next_attempt_at": now,
             },
         )
-        return _order(pending)
+        return pending_order(pending)
 
 
 def pending_delete_confirmed(*, name: str, now: dt.datetime) -> int | None:
@@ -209,4 +210,4 @@ def pending_delete_failed(*, name: str, error: str, now: dt.datetime) -> DeleteO
                 at=now,
                 detail={"error": error[:500], "attempts": pending.attempts},
             )
-        return _order(pending)
+        return pending_order(pending)

@@ -3,9 +3,11 @@
 Ordering rules a reader must not break (paper §4.4, Appendix F):
 * ``sandbox_request`` writes the row (state ``requested``, name, nonce, token) BEFORE the
   controller sends the create, so a restart can always find what the backend may hold.
-* Every state change goes through :func:`sandbox_transition`: it locks the row, refuses
-  moves not in ``SANDBOX_TRANSITIONS`` (``InvalidTransition``), stamps the state's time
-  field, saves with ``update_fields`` and records a ``state`` event in one transaction.
+* Every state change goes through :func:`sandbox_transition` (or :func:`sandbox_move`): it
+  locks the row, applies the move by ``moves.plan_move`` (refuses moves not in
+  ``SANDBOX_TRANSITIONS`` with ``InvalidTransition``, stamps the state's time field),
+  saves with ``update_fields`` and records a ``state`` event in one transaction.
+  ``batch.py`` applies the same moves to many rows with one query of each kind.
   Services that change a row more than once per commit (hand-out, release + delete)
   lock it once and call :func:`transition_locked`, the same rules without a second read
   or a savepoint; it must only be called inside the transaction holding that lock.
@@ -27,6 +29,15 @@ from sandboxes import events
 from sandboxes.models import Job, Sandbox, SandboxEvent
 from sandboxes.providers.base import ReadyInfo
 from sandboxes.services._publish import publish_on_commit
+from sandboxes.services.moves import (
+    Event,
+    SandboxMove,
+    creating_move,
+    hand_out_move,
+    handle_move,
+    plan_move,
+    ready_move,
+)
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
 from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound, SandboxLost
 
@@ -34,33 +45,13 @@ from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound, Sa
 LOST_PREFIX = "lost: "
 _LOSABLE = (SandboxState.READY, SandboxState.IN_USE, SandboxState.RELEASED)
 
-# The time field each state stamps when entered.
-_STATE_STAMP: dict[str, str] = {
-    SandboxState.READY: "ready_at",
-    SandboxState.IN_USE: "acquired_at",
-    SandboxState.RELEASED: "released_at",
-    SandboxState.DELETING: "deleting_at",
-    SandboxState.DELETED: "deleted_at",
-}
-# ReadyInfo.timeline names → (model field, event kind).
-_TIMELINE = {
-    "api_created": ("api_created_at", events.API_CREATED),
-    "scheduled": ("scheduled_at", events.SCHEDULED),
-    "address_assigned": ("address_assigned_at", events.ADDRESS_ASSIGNED),
-    "image_pulled": ("image_pulled_at", events.IMAGE_PULLED),
-    "started": ("started_at", events.STARTED),
-    "ready": ("ready_at", events.READY),
-}
-
-Event = tuple[str, dt.datetime, dict[str, Any]]
-
 
 def new_sandbox_name(job_id: int) -> str:
     """A DNS-1123 label, unique with overwhelming probability: ``sm-<job>-<12 hex>``."""
     return f"sm-{job_id}-{secrets.token_hex(6)}"
 
 
-def _payload(sandbox: Sandbox, **extra: Any) -> dict[str, Any]:
+def payload(sandbox: Sandbox, **extra: Any) -> dict[str, Any]:
     return {
         "sandbox_id": sandbox.pk,
         "job_id": sandbox.job_id,
@@ -81,7 +72,7 @@ def _lock(sandbox_id: int) -> Sandbox:
     return sandbox
 
 
-def _add_events(sandbox: Sandbox, items: Iterable[Event]) -> None:
+def add_events(sandbox: Sandbox, items: Iterable[Event]) -> None:
     SandboxEvent.objects.bulk_create(
         [
             SandboxEvent(sandbox=sandbox, kind=kind, at=at, detail=detail)
@@ -135,8 +126,8 @@ def sandbox_request(
             egress=job.egress,
             requested_at=now,
         )
-        _add_events(sandbox, [(events.STATE, now, {"from": "", "to": SandboxState.REQUESTED})])
-        publish_on_commit("sandbox.state", _payload(sandbox, previous="", at=now))
+        add_events(sandbox, [(events.STATE, now, {"from": "", "to": SandboxState.REQUESTED})])
+        publish_on_commit("sandbox.state", payload(sandbox, previous="", at=now))
     return sandbox
 
 
@@ -175,85 +166,54 @@ def transition_locked(
     For services that lock once and change the row more than once in one commit (a
     hand-out, a release and its delete): no second SELECT and no savepoint per step.
     """
-    previous = sandbox.state
-    if to not in SANDBOX_TRANSITIONS[previous]:
-        raise InvalidTransition(
-            f"sandbox {sandbox.name} cannot go from {previous} to {to}",
-            {"from": previous, "to": to},
-        )
-    sandbox.state = to
-    changed = {"state", "updated_at"}
-    stamp = _STATE_STAMP.get(to)
-    if stamp and not (fields and stamp in fields):
-        setattr(sandbox, stamp, now)
-        changed.add(stamp)
-    for name, value in (fields or {}).items():
-        setattr(sandbox, name, value)
-        changed.add(name)
-    sandbox.save(update_fields=sorted(changed))
-    detail: dict[str, Any] = {"from": previous, "to": to}
-    if reason:
-        detail["reason"] = reason
-    _add_events(sandbox, [(events.STATE, now, detail), *extra_events])
-    publish_on_commit("sandbox.state", _payload(sandbox, previous=previous, at=now))
+    return apply_locked(
+        sandbox,
+        SandboxMove(
+            sandbox_id=sandbox.pk,
+            now=now,
+            to=to,
+            fields=fields or {},
+            events=tuple(extra_events),
+            reason=reason,
+        ),
+    )
+
+
+def apply_locked(sandbox: Sandbox, move: SandboxMove) -> Sandbox:
+    """Apply one move (``moves.plan_move``) to a row locked in the caller's transaction."""
+    planned = plan_move(sandbox, move)
+    sandbox.save(update_fields=sorted(planned.changed))
+    add_events(sandbox, planned.events)
+    if move.to is not None and move.publish:
+        publish_on_commit("sandbox.state", payload(sandbox, previous=planned.previous, at=move.now))
     return sandbox
+
+
+def sandbox_move(*, move: SandboxMove) -> Sandbox:
+    """Lock the row and apply one move in one transaction (``batch.py`` does many)."""
+    with transaction.atomic():
+        return apply_locked(_lock(move.sandbox_id), move)
 
 
 def sandbox_mark_creating(*, sandbox_id: int, now: dt.datetime) -> Sandbox:
     """The create is about to be sent (after the pacer and a creating slot)."""
-    return sandbox_transition(
-        sandbox_id=sandbox_id,
-        to=SandboxState.CREATING,
-        now=now,
-        extra_events=[(events.CREATE_SENT, now, {})],
-    )
+    return sandbox_move(move=creating_move(sandbox_id=sandbox_id, now=now))
 
 
 def sandbox_record_handle(
     *, sandbox_id: int, uid: str, ref: str, api_created_at: dt.datetime, now: dt.datetime
 ) -> None:
     """The backend stored the create: keep its identity (for deletes after a restart)."""
-    with transaction.atomic():
-        sandbox = _lock(sandbox_id)
-        sandbox.backend_uid = uid[:64]
-        sandbox.backend_ref = ref[:512]
-        sandbox.api_created_at = api_created_at
-        sandbox.save(update_fields=["backend_uid", "backend_ref", "api_created_at", "updated_at"])
-        _add_events(sandbox, [(events.API_CREATED, api_created_at, {"uid": uid})])
+    sandbox_move(
+        move=handle_move(
+            sandbox_id=sandbox_id, uid=uid, ref=ref, api_created_at=api_created_at, now=now
+        )
+    )
 
 
 def sandbox_mark_ready(*, sandbox_id: int, info: ReadyInfo, now: dt.datetime) -> Sandbox:
     """Ready: record the address and every time the backend reported."""
-    fields: dict[str, Any] = {
-        "address": info.address,
-        "node": info.node,
-        "guards": dict(info.guards),
-        "image_present": info.image_present,
-        "pull_ms": info.pull_ms,
-        "address_failures": info.address_failures,
-    }
-    timeline: list[Event] = []
-    for name, at in sorted(info.timeline.items(), key=lambda kv: kv[1]):
-        mapped = _TIMELINE.get(name)
-        if mapped is None:
-            continue
-        field, kind = mapped
-        if name == "api_created":
-            continue  # stamped by sandbox_record_handle when the create returned
-        if name == "image_pulled" and info.image_present:
-            kind = events.IMAGE_PRESENT
-        fields[field] = at
-        timeline.append((kind, at, {}))
-    fields.setdefault("ready_at", now)
-    if not any(kind == events.READY for kind, _, _ in timeline):
-        timeline.append((events.READY, fields["ready_at"], {}))
-    if info.address_failures:
-        timeline.append(
-            (events.ADDRESS_FAILURE, now, {"node": info.node, "count": info.address_failures})
-        )
-    return sandbox_transition(
-        sandbox_id=sandbox_id, to=SandboxState.READY, now=now, fields=fields, extra_events=timeline
-    )
+    return sandbox_move(move=ready_move(sandbox_id=sandbox_id, info=info, now=now))
 
 
 def sandbox_mark_healthy(*, sandbox_id: int, now: dt.datetime, healthy: bool) -> None:
@@ -263,7 +223,7 @@ def sandbox_mark_healthy(*, sandbox_id: int, now: dt.datetime, healthy: bool) ->
         if healthy:
             sandbox.healthy_at = now
             sandbox.save(update_fields=["healthy_at", "updated_at"])
-        _add_events(sandbox, [(events.HEALTHY if healthy else events.HEALTH_FAILED, now, {})])
+        add_events(sandbox, [(events.HEALTHY if healthy else events.HEALTH_FAILED, now, {})])
 
 
 def sandbox_hand_out(
@@ -281,19 +241,11 @@ def sandbox_hand_out(
     ``acquisition`` (the fields of ``acquisition_record``) writes the finished
     acquisition, both in the same transaction: one commit per warm hand-out.
     """
-    fields: dict[str, Any] = {"source": source, "role": role, "agent_used": True}
-    extra: list[Event] = []
-    if healthy_at is not None:
-        fields["healthy_at"] = healthy_at
-        extra.append((events.HEALTHY, healthy_at, {}))
+    move = hand_out_move(
+        sandbox_id=sandbox_id, source=source, role=role, now=now, healthy_at=healthy_at
+    )
     with transaction.atomic():
-        sandbox = transition_locked(
-            _lock(sandbox_id),
-            to=SandboxState.IN_USE,
-            now=now,
-            fields=fields,
-            extra_events=[*extra, (events.ACQUIRED, now, {"source": source})],
-        )
+        sandbox = apply_locked(_lock(sandbox_id), move)
         if acquisition is not None:
             from sandboxes.services.acquisitions import acquisition_insert
 
@@ -450,5 +402,5 @@ def sandbox_record_event(
         sandbox = Sandbox.objects.filter(pk=sandbox_id).first()
         if sandbox is None:
             raise NotFound(f"sandbox {sandbox_id} does not exist")
-        _add_events(sandbox, [(kind, now, dict(detail or {}))])
-        publish_on_commit("sandbox.event", _payload(sandbox, kind=kind, at=now))
+        add_events(sandbox, [(kind, now, dict(detail or {}))])
+        publish_on_commit("sandbox.event", payload(sandbox, kind=kind, at=now))

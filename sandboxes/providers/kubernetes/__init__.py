@@ -3,7 +3,9 @@
 ``KubernetesProvider`` implements ``sandboxes.providers.base.Provider``; it is a facade
 over collaborators that each receive what they use. Module map: ``config`` (settings,
 the API client builder), ``manifest`` (the pod), ``calls`` (the executor of client calls,
-background tasks), ``informer`` (the one list+watch and pod facts from raw JSON),
+background tasks), ``reflector`` (the one list+watch machinery of both informers),
+``informer`` (the pod informer and pod facts from raw JSON), ``events`` (the Events
+informer and per-pod facts),
 ``readiness`` (the tracker behind ``wait_ready``), ``creator`` (create and its ambiguous
 outcomes), ``deleter`` (deletes and the pending set), ``terminating`` (Terminating and
 gone pods: what confirms a delete), ``late`` (creates that may land after their read-back
@@ -26,8 +28,8 @@ from sandboxes.providers.kubernetes.config import (
 )
 from sandboxes.providers.kubernetes.deleter import PendingDelete
 from sandboxes.providers.kubernetes.informer import (
-    PodInformer,
     pod_failure,
+    pod_informer,
     pod_is_ready,
     ready_info,
 )
@@ -48,13 +50,13 @@ __all__ = [
     "KubernetesProvider",
     "LateCreates",
     "PendingDelete",
-    "PodInformer",
     "boot_command",
     "build_api_client",
     "build_pod_manifest",
     "carrier_command",
     "execd_launcher",
     "pod_failure",
+    "pod_informer",
     "pod_is_ready",
     "pod_labels",
     "ready_info",

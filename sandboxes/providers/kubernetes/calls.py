@@ -18,7 +18,9 @@ Rules a reader must not break:
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -32,6 +34,10 @@ class ApiCalls:
 
     def __init__(self, max_workers: int, work_item_hook: WorkItemHook | None = None) -> None:
         self.work_item_hook = work_item_hook
+        # The last calls' durations (ms) per op, for benchmarks and /metrics-style reads.
+        self.durations: collections.defaultdict[str, collections.deque[float]] = (
+            collections.defaultdict(lambda: collections.deque(maxlen=20_000))
+        )
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="sandman-k8s"
         )
@@ -45,7 +51,11 @@ class ApiCalls:
         def item() -> T:
             if hook is not None:
                 hook(op, name)  # a test gate may hold the item here, before any request
-            return fn(*args)
+            started = time.monotonic()
+            try:
+                return fn(*args)
+            finally:
+                self.durations[op].append((time.monotonic() - started) * 1000.0)
 
         return self._executor.submit(item)
 

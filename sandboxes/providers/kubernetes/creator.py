@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -193,9 +194,18 @@ class PodCreator:
             return CreateOutcome()
         sent_at = time.monotonic()
         try:
-            pod = self._core.create_namespaced_pod(
-                self._config.namespace, manifest, _request_timeout=self._config.request_timeout_s
+            # Raw answer: deserializing the stored pod into client models cost more CPU than
+            # the whole rest of the create; only its uid and resourceVersion are read.
+            resp: Any = self._core.create_namespaced_pod(
+                self._config.namespace,
+                manifest,
+                _request_timeout=self._config.request_timeout_s,
+                _preload_content=False,
             )
+            try:
+                stored = json.loads(resp.data).get("metadata") or {}
+            finally:
+                resp.release_conn()
         except ApiException as exc:
             status = exc.status or 0
             if status == 409:
@@ -206,13 +216,12 @@ class PodCreator:
                     return CreateOutcome(retry_in=delay)
                 return CreateOutcome(error=self._refused(spec, exc, attempt))
             return replace(self._reclaim_sync(spec, exc), sent_at=sent_at)
-        except TRANSPORT_ERRORS as exc:
+        except (*TRANSPORT_ERRORS, ValueError) as exc:  # ValueError: a cut-off answer body
             return replace(self._reclaim_sync(spec, exc), sent_at=sent_at)
-        meta = _meta(pod)
         return CreateOutcome(
-            handle=Handle(spec.name, spec.nonce, self._backend, uid=meta.uid or ""),
+            handle=Handle(spec.name, spec.nonce, self._backend, uid=stored.get("uid") or ""),
             stored_at=time.monotonic(),
-            version=meta.resource_version or "",
+            version=stored.get("resourceVersion") or "",
         )
 
     def _refused(self, spec: SandboxSpec, exc: ApiException, attempts: int) -> ProviderError:

@@ -5,8 +5,9 @@ A cluster tells how a pod got Ready only in Events: the scheduler's ``Scheduled`
 IP address to container"), the kubelet's ``Pulling`` / ``Pulled`` ('Successfully pulled
 image "x" in 3.2s (3.2s including waiting). Image size: N bytes.' or 'Container image "x"
 already present on machine'), ``Created``, ``Started`` (whole-second ``lastTimestamp``).
-:class:`EventInformer` is ONE list+watch of the namespace's pod Events (own thread, 410 ->
-list again, like the pod informer); :class:`EventFacts` folds them into :class:`PodFacts`
+:func:`event_informer` is ONE list+watch of the namespace's pod Events on the pod informer's
+machinery (``reflector.py``: paged list, resume from the last version, 410 -> list again);
+:class:`EventFacts` folds them into :class:`PodFacts`
 keyed by pod uid, and :meth:`EventFacts.join` puts them into a ``ReadyInfo``.
 
 Rules a reader must not break:
@@ -22,27 +23,19 @@ Rules a reader must not break:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
-import json
-import logging
 import re
-import socket
-import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from sandboxes.providers.base import ReadyInfo
-from sandboxes.providers.kubernetes.config import TRANSPORT_ERRORS, KubernetesConfig, describe
-
-log = logging.getLogger(__name__)
+from sandboxes.providers.kubernetes.config import KubernetesConfig
+from sandboxes.providers.kubernetes.paging import ListCall
+from sandboxes.providers.kubernetes.reflector import OnEvent, OnSync, Reflector
 
 Event = dict[str, Any]
 MAIN_PATH = "spec.containers{sandbox}"
@@ -149,7 +142,7 @@ class EventFacts:
         return self._facts.get(uid)
 
     # --- informer callbacks (loop thread) ----------------------------------------------------
-    def on_sync(self, events: list[Event]) -> None:
+    def on_sync(self, events: list[Event], started: float = 0.0, version: str = "") -> None:
         for event in events:
             self.on_event("ADDED", event)
 
@@ -223,126 +216,29 @@ class EventFacts:
         )
 
 
-def _raw(resp: Any) -> Any:
-    status = getattr(resp, "status", 200)
-    if not 200 <= status <= 299:
-        body = resp.data.decode("utf-8", "replace") if hasattr(resp, "data") else ""
-        resp.release_conn()
-        raise ApiException(status=status, reason=getattr(resp, "reason", ""), body=body)
-    return resp
+def event_list_call(core: client.CoreV1Api, config: KubernetesConfig) -> ListCall:
+    """The namespace's Events about pods (a field selector: Events carry no labels)."""
 
-
-class EventInformer:
-    """Lists the namespace's pod Events, then watches from the list's version; 410 -> list.
-
-    One thread; callbacks posted to ``loop`` with ``call_soon_threadsafe``. Raw JSON only.
-    """
-
-    SELECTOR = "involvedObject.kind=Pod"
-
-    def __init__(
-        self,
-        core: client.CoreV1Api,
-        config: KubernetesConfig,
-        loop: asyncio.AbstractEventLoop,
-        on_sync: Callable[[list[Event]], None],
-        on_event: Callable[[str, Event], None],
-    ) -> None:
-        self._core, self._config, self._loop = core, config, loop
-        self._on_sync, self._on_event = on_sync, on_event
-        self._stop = threading.Event()
-        self._resp: Any = None
-        self._thread = threading.Thread(
-            target=self._run, name="sandman-event-informer", daemon=True
-        )
-        self.lists = 0
-        self.watches = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        deadline = time.monotonic() + timeout
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            sock = getattr(getattr(self._resp, "connection", None), "sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            self._thread.join(timeout=0.05)
-
-    def _post(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self._stop.set()
-
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                self._list_then_watch()
-                failures = 0
-            except ApiException as exc:
-                if exc.status == 410:
-                    continue
-                failures += 1
-                log.warning("event informer: %s; listing again", describe(exc))
-            except (*TRANSPORT_ERRORS, ValueError) as exc:
-                if self._stop.is_set():
-                    break
-                failures += 1
-                log.warning("event informer: %s; listing again", describe(exc))
-            cfg = self._config
-            delay = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** min(failures, 5))
-            self._stop.wait(delay if failures else 0)
-
-    def _list_then_watch(self) -> None:
-        cfg = self._config
-        resp = _raw(
-            self._core.list_namespaced_event(
-                cfg.namespace,
-                field_selector=self.SELECTOR,
-                _request_timeout=cfg.request_timeout_s,
-                _preload_content=False,
-            )
-        )
-        listed = json.loads(resp.data)
-        self.lists += 1
-        version = listed["metadata"]["resourceVersion"]
-        self._post(self._on_sync, listed.get("items") or [])
-        while not self._stop.is_set():
-            version = self._watch_once(version)
-
-    def _watch_once(self, version: str) -> str:
-        cfg = self._config
-        self.watches += 1
-        resp: Any = self._core.list_namespaced_event(
-            cfg.namespace,
-            field_selector=self.SELECTOR,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=cfg.watch_timeout_s,
-            watch=True,
+    def call(**kwargs: Any) -> Any:
+        return core.list_namespaced_event(
+            config.namespace,
+            field_selector="involvedObject.kind=Pod",
             _preload_content=False,
-            _request_timeout=float(cfg.watch_timeout_s + 30),
+            **kwargs,
         )
-        self._resp = resp
-        try:
-            _raw(resp)
-            for line in watch.watch.iter_resp_lines(resp):
-                if not line.strip():
-                    continue
-                item = json.loads(line)
-                kind, obj = item.get("type"), item.get("object") or {}
-                if kind == "ERROR":
-                    raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._post(self._on_event, kind, obj)
-                if self._stop.is_set():
-                    break
-        finally:
-            self._resp = None
-            resp.release_conn()
-        return version
+
+    return call
+
+
+def event_informer(
+    core: client.CoreV1Api,
+    config: KubernetesConfig,
+    loop: asyncio.AbstractEventLoop,
+    on_sync: OnSync,
+    on_event: OnEvent,
+) -> Reflector:
+    """The one list+watch of the namespace's pod Events (not started): the pod informer's
+    machinery -- paged list, resume from the last version, relist only on 410."""
+    return Reflector(
+        event_list_call(core, config), config, loop, on_sync, on_event, name="event-informer"
+    )

@@ -1,12 +1,10 @@
 """Kubernetes backend: readiness facts from raw pod JSON and the pod informer.
 
 Readiness comes from ONE list+watch of Sandman's pods in the namespace (an informer-style
-cache), never from one poll loop per pod. :class:`PodInformer` lists (in pages,
-``paging.py``), then watches from the list's ``resourceVersion``; a watch that ends, breaks
-or is answered 429 (after its ``Retry-After``) is watched again from the last version it
-delivered, and only a 410 (history compacted) lists again. It runs in its own thread
-(the watch blocks) and hands every change to the owning event loop with
-``call_soon_threadsafe``: its callbacks run only on that loop.
+cache), never from one poll loop per pod. :func:`pod_informer` builds it on the shared
+:class:`~sandboxes.providers.kubernetes.reflector.Reflector` (paged list, resume from the
+last ``resourceVersion``, one reconnect per watch expiry, relist only on 410), the same
+machinery the Events informer uses.
 
 Events stay raw JSON (building a client model per event costs ~15x the parse). The address
 in :func:`ready_info` is ``podIP:port`` -- never a Service -- with the configured execd
@@ -16,31 +14,16 @@ port, the one the pod's container port and readiness probe name.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
-import json
-import logging
-import socket
-import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from sandboxes import labels as L
 from sandboxes.providers.base import ReadyInfo
-from sandboxes.providers.kubernetes.config import (
-    SELECTOR,
-    TRANSPORT_ERRORS,
-    KubernetesConfig,
-    describe,
-)
-from sandboxes.providers.kubernetes.paging import PodPages, checked
-from sandboxes.providers.kubernetes.retry import RetryPolicy
-
-log = logging.getLogger(__name__)
+from sandboxes.providers.kubernetes.config import KubernetesConfig
+from sandboxes.providers.kubernetes.paging import pod_list_call
+from sandboxes.providers.kubernetes.reflector import OnEvent, OnSync, Reflector
 
 # --- readiness facts from a pod (raw JSON: the informer never builds models) ---------------
 Pod = dict[str, Any]
@@ -126,131 +109,15 @@ def ready_info(pod: Pod, config: KubernetesConfig) -> ReadyInfo:
     )
 
 
-# --- the informer: one list+watch, run in its own thread ---------------------------------
-class PodInformer:
-    """Lists Sandman's pods, then watches from the last version seen; 410 -> list again.
-
-    Runs in a dedicated thread (the watch blocks) and hands every change to the owning
-    event loop with ``call_soon_threadsafe``; the callbacks run only on that loop. Events
-    stay raw JSON: building a client model per event costs ~15x the parse.
-    """
-
-    def __init__(
-        self,
-        core: client.CoreV1Api,
-        config: KubernetesConfig,
-        loop: asyncio.AbstractEventLoop,
-        on_sync: Callable[[list[Pod], float, str], None],
-        on_event: Callable[[str, Pod], None],
-    ) -> None:
-        self._core, self._config, self._loop = core, config, loop
-        self._on_sync, self._on_event = on_sync, on_event
-        self._stop = threading.Event()
-        self._resp: Any = None
-        self._thread = threading.Thread(target=self._run, name="sandman-pod-informer", daemon=True)
-        self._retry = RetryPolicy(config, lambda n: 0.0)
-        self._pages = PodPages(core, config, self._retry, self._stop.wait)
-        self._version: str | None = None  # None: list (again) before the next watch
-        self.lists = 0
-        self.watches = 0
-        self.relists_after_gone = 0
-        self.retry_after_waits: list[float] = []  # each 429's honoured Retry-After
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        deadline = time.monotonic() + timeout
-        # Shutting the stream's socket down makes the blocked read return at once; repeat:
-        # a watch whose response headers were still on their way has no socket yet.
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            self._interrupt()
-            self._thread.join(timeout=0.05)
-
-    def _interrupt(self) -> None:
-        resp = self._resp
-        sock = getattr(getattr(resp, "connection", None), "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def _post(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            self._loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self._stop.set()
-
-    def _run(self) -> None:
-        """List once, then watch from the last version seen, for as long as we run.
-
-        As client-go's reflector: a watch that ends, breaks or is shed (429) is re-watched
-        from the last resourceVersion it delivered; only a 410 (that version compacted
-        away) lists again. A failed list is listed again after a backoff.
-        """
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                if self._version is None:
-                    self._list()
-                self._watch_once(self._version or "")
-                failures = 0
-                continue
-            except ApiException as exc:
-                if exc.status == 410:
-                    self.relists_after_gone += 1
-                    self._version = None
-                    continue
-                failures += 1
-                delay = self._retry.watch_delay(exc, failures)
-                if exc.status == 429:
-                    self.retry_after_waits.append(delay)
-                log.warning("pod informer: %s; again in %.1f s", describe(exc), delay)
-            except (*TRANSPORT_ERRORS, ValueError) as exc:
-                if self._stop.is_set():
-                    break
-                failures += 1
-                delay = self._retry.watch_delay(exc, failures)
-                log.warning("pod informer: %s; again in %.1f s", describe(exc), delay)
-            self._stop.wait(delay)
-
-    def _list(self) -> None:
-        started = time.monotonic()
-        items, version = self._pages.list_all()
-        self.lists += 1
-        self._version = version
-        self._post(self._on_sync, items, started, version)
-
-    def _watch_once(self, version: str) -> None:
-        """One watch stream from ``version``; ``_version`` follows every event delivered."""
-        cfg = self._config
-        self.watches += 1
-        # With _preload_content=False the answer is urllib3's response, not a V1PodList.
-        resp: Any = self._core.list_namespaced_pod(
-            cfg.namespace,
-            label_selector=SELECTOR,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=cfg.watch_timeout_s,
-            watch=True,
-            _preload_content=False,
-            _request_timeout=float(cfg.watch_timeout_s + 30),
-        )
-        self._resp = resp
-        try:
-            checked(resp)
-            for line in watch.watch.iter_resp_lines(resp):
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
-                self._version = pod_meta(obj).get("resourceVersion") or self._version
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._post(self._on_event, kind, obj)
-                if self._stop.is_set():
-                    break
-        finally:
-            self._resp = None
-            resp.release_conn()
+# --- the informer: one list+watch of Sandman's pods (reflector.py) ------------------------
+def pod_informer(
+    core: client.CoreV1Api,
+    config: KubernetesConfig,
+    loop: asyncio.AbstractEventLoop,
+    on_sync: OnSync,
+    on_event: OnEvent,
+) -> Reflector:
+    """The one list+watch of Sandman's pods in the namespace (not started)."""
+    return Reflector(
+        pod_list_call(core, config), config, loop, on_sync, on_event, name="pod-informer"
+    )

@@ -22,7 +22,7 @@ from sandboxes import labels as L
 from sandboxes.providers.base import OwnedSandbox
 from sandboxes.providers.kubernetes.calls import ApiCalls
 from sandboxes.providers.kubernetes.config import TRANSPORT_ERRORS, KubernetesConfig, describe
-from sandboxes.providers.kubernetes.paging import PodPages
+from sandboxes.providers.kubernetes.paging import pod_pages
 from sandboxes.providers.kubernetes.retry import RetryPolicy
 from sandman_site.errors import ProviderError
 
@@ -75,6 +75,6 @@ class PodLister:
 
     def _list_sync(self) -> list[OwnedSandbox]:
         """In the worker thread: every page, then every row."""
-        pages = PodPages(self._core, self._config, self._retry, threading.Event().wait)
+        pages = pod_pages(self._core, self._config, self._retry, threading.Event().wait)
         items, _ = pages.list_all()
         return [owned_sandbox(pod) for pod in items]

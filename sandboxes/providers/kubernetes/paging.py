@@ -1,4 +1,5 @@
-"""Kubernetes backend: one list of Sandman's pods, read in pages of ``list_page_size``.
+"""Kubernetes backend: one list (Sandman's pods, or the namespace's pod Events), read in
+pages of ``list_page_size``.
 
 "Retrieving large results sets in chunks" (Kubernetes API Concepts): each request carries
 ``limit`` and the previous page's ``continue`` token; every page of one list comes from the
@@ -25,6 +26,21 @@ from sandboxes.providers.kubernetes.config import SELECTOR, KubernetesConfig
 from sandboxes.providers.kubernetes.retry import RetryPolicy, status_of
 
 Pod = dict[str, Any]
+# One list request: the client's ``list_namespaced_*`` with its selector bound; called with
+# ``limit`` / ``_continue`` (paging) or ``watch=True`` and its watch arguments; answers
+# urllib3's raw response (``_preload_content=False``).
+ListCall = Callable[..., Any]
+
+
+def pod_list_call(core: client.CoreV1Api, config: KubernetesConfig) -> ListCall:
+    """Sandman's pods in the namespace (the managed-by label)."""
+
+    def call(**kwargs: Any) -> Any:
+        return core.list_namespaced_pod(
+            config.namespace, label_selector=SELECTOR, _preload_content=False, **kwargs
+        )
+
+    return call
 
 
 def checked(resp: Any) -> Any:
@@ -38,22 +54,22 @@ def checked(resp: Any) -> Any:
     return resp
 
 
-class PodPages:
-    """Reads the whole list of Sandman's pods, page by page, in the calling thread."""
+class Pages:
+    """Reads the whole list of one ``ListCall``, page by page, in the calling thread."""
 
     def __init__(
         self,
-        core: client.CoreV1Api,
+        call: ListCall,
         config: KubernetesConfig,
         retry: RetryPolicy,
         wait: Callable[[float], object],
     ) -> None:
-        self._core, self._config, self._retry, self._wait = core, config, retry, wait
+        self._call, self._config, self._retry, self._wait = call, config, retry, wait
         self.restarts = 0  # lists started again after an expired continue token
         self.pages = 0
 
     def list_all(self) -> tuple[list[Pod], str]:
-        """Every pod carrying the label and the list's (first page's) resourceVersion."""
+        """Every listed item and the list's (first page's) resourceVersion."""
         restarts = 0
         while True:
             try:
@@ -89,15 +105,7 @@ class PodPages:
         while True:
             attempt += 1
             try:
-                resp = checked(
-                    self._core.list_namespaced_pod(
-                        cfg.namespace,
-                        label_selector=SELECTOR,
-                        _request_timeout=cfg.request_timeout_s,
-                        _preload_content=False,
-                        **kwargs,
-                    )
-                )
+                resp = checked(self._call(_request_timeout=cfg.request_timeout_s, **kwargs))
             except ApiException as exc:
                 delay = self._retry.read_delay(exc, attempt)
                 if delay is None:
@@ -109,3 +117,13 @@ class PodPages:
                 return dict(json.loads(resp.data))
             finally:
                 resp.release_conn()
+
+
+def pod_pages(
+    core: client.CoreV1Api,
+    config: KubernetesConfig,
+    retry: RetryPolicy,
+    wait: Callable[[float], object],
+) -> Pages:
+    """The pages of Sandman's pods."""
+    return Pages(pod_list_call(core, config), config, retry, wait)

@@ -5,7 +5,7 @@ uses, and forwards the ``Provider`` calls to them:
 
 * ``calls.ApiCalls`` -- the executor every blocking client call runs on;
 * ``readiness.ReadinessTracker`` -- the informer's cache, waiters, ``wait_ready``;
-* ``events.EventFacts`` / ``events.EventInformer`` -- the namespace's core/v1 Events (one
+* ``events.EventFacts`` / ``events.event_informer`` -- the namespace's core/v1 Events (one
   list+watch) read into pulls, address failures and the timeline of each pod;
 * ``creator.PodCreator`` -- ``create``: nonce, read-back after ambiguous answers, 409 rules;
 * ``deleter.PodDeleter`` -- ``destroy`` and the pending set;
@@ -13,7 +13,7 @@ uses, and forwards the ``Provider`` calls to them:
 * ``late.LateCreates`` -- creates found absent that may still land (deleted when they do);
 * ``anchors.Anchors`` -- owners of a job's pods and the per-job anchor;
 * ``jobsecrets.JobSecrets`` -- the per-job Secret with the execd key (ensured before a create);
-* ``listing.PodLister`` -- ``list_owned`` (paged, ``paging.PodPages``);
+* ``listing.PodLister`` -- ``list_owned`` (paged, ``paging.pod_pages``);
 * ``retry.RetryPolicy`` -- which refusals are sent again (429, exceeded quota) and when;
 * ``health.ExecdHealth`` -- the one place this backend calls execd.
 
@@ -57,13 +57,14 @@ from sandboxes.providers.kubernetes.config import (
 )
 from sandboxes.providers.kubernetes.creator import PodCreator
 from sandboxes.providers.kubernetes.deleter import DeleteHooks, PendingDelete, PodDeleter
-from sandboxes.providers.kubernetes.events import EventFacts, EventInformer
+from sandboxes.providers.kubernetes.events import EventFacts, event_informer
 from sandboxes.providers.kubernetes.health import ExecdHealth
-from sandboxes.providers.kubernetes.informer import PodInformer
+from sandboxes.providers.kubernetes.informer import pod_informer
 from sandboxes.providers.kubernetes.jobsecrets import JobSecrets
 from sandboxes.providers.kubernetes.late import LateCreates
 from sandboxes.providers.kubernetes.listing import PodLister
 from sandboxes.providers.kubernetes.readiness import ReadinessTracker
+from sandboxes.providers.kubernetes.reflector import Reflector
 from sandboxes.providers.kubernetes.retry import RetryPolicy
 from sandboxes.providers.kubernetes.terminating import GoneTracker
 from sandman_site.errors import ProviderError
@@ -90,8 +91,8 @@ class KubernetesProvider:
         self.api_client = api_client or build_api_client(cfg)
         self.core = core = client.CoreV1Api(self.api_client)
         backoff = backoff or (lambda n: min(cfg.backoff_max_s, cfg.backoff_initial_s * 2**n))
-        self.informer: PodInformer | None = None
-        self.event_informer: EventInformer | None = None
+        self.informer: Reflector | None = None
+        self.event_informer: Reflector | None = None
         self._event_facts = EventFacts()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -160,6 +161,10 @@ class KubernetesProvider:
             from django.conf import settings  # Django only when asked to read its settings
         return cls(config_from_settings(settings), **kwargs)
 
+    def api_call_ms(self) -> dict[str, list[float]]:
+        """The last client calls' durations in ms, per operation (create, delete, list...)."""
+        return {op: list(d) for op, d in self._calls.durations.items()}
+
     def _ensure_started(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if self._closed:
@@ -176,10 +181,10 @@ class KubernetesProvider:
                 for follower in followers:
                     follower.on_event(kind, pod)
 
-            self.informer = PodInformer(self.core, self.config, loop, on_sync, on_event)
+            self.informer = pod_informer(self.core, self.config, loop, on_sync, on_event)
             self.informer.start()
             facts = self._event_facts
-            self.event_informer = EventInformer(
+            self.event_informer = event_informer(
                 self.core, self.config, loop, facts.on_sync, facts.on_event
             )
             self.event_informer.start()

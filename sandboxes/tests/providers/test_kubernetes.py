@@ -707,7 +707,7 @@ async def test_close_stops_the_watch_and_the_threads(
     await provider.wait_ready(await provider.create(spec("sb-1")), 30)
     assert cluster.wait_for_watchers(1, timeout=10)
     await provider.close()
-    assert provider.informer is not None and not provider.informer._thread.is_alive()
+    assert provider.informer is not None and not provider.informer.alive()
     assert cluster.wait_for_watchers(0, timeout=10, exact=True)
     with pytest.raises(ProviderError):
         await provider.create(spec("sb-2"))

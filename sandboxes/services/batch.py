@@ -1,0 +1,228 @@
+"""Many sandbox writes in one transaction, one query of each kind (the controller's batch).
+
+Under a burst the controller makes five writes per create (the row, ``creating``, the
+handle, ``ready``, the hand-out), each once one lock + one save + one events insert. The
+controller's ``WriteBatcher`` hands what queued up meanwhile to these services instead:
+
+* :func:`sandbox_request_many` inserts the rows of many creates (one INSERT of rows, one of
+  their ``state`` events) -- the row-before-send rule holds per create, since each create
+  waits for its row before it asks the pacer;
+* :func:`sandbox_moves_apply` locks every row of the batch (ONE ``SELECT ... FOR UPDATE``),
+  applies each move by the same rules as a single write (``moves.plan_move``), then saves
+  them with ONE ``UPDATE`` statement per set of changed fields (``executemany``) and
+  records their events with ONE bulk INSERT;
+* :func:`acquisition_record_many` inserts the finished acquisitions of many acquires.
+
+Invariants a reader must not break: a move that is refused (``InvalidTransition``, or its
+row is gone: ``NotFound``) leaves its row untouched and is answered with that error, the
+others still commit; moves of one sandbox in one batch apply in submission order; the
+dashboards hear of each state change after the commit, as for a single write.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Field
+from django.utils import timezone
+
+from execd.tokens import derive_token
+from sandboxes import events
+from sandboxes.models import Acquisition, Job, Sandbox, SandboxEvent
+from sandboxes.services._publish import publish_on_commit
+from sandboxes.services.acquisitions import acquisition_published
+from sandboxes.services.moves import SandboxMove, plan_move
+from sandboxes.services.sandboxes import new_sandbox_name, payload
+from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome, SandboxState
+from sandman_site.errors import InvalidTransition, NotFound, SandmanError
+
+Outcome = Sandbox | SandmanError
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """The row of one create about to be sent (``sandbox_request``'s arguments)."""
+
+    job_id: int
+    role: str
+    image: str
+    base_commit: str | None
+    cpu_millis: int
+    memory_bytes: int
+    workspace_bytes: int | None
+    key_hash: str
+    backend: str
+    now: dt.datetime
+
+
+def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]:
+    """Insert the ``requested`` rows of many creates; per request its row or ``NotFound``."""
+    with transaction.atomic():
+        job_ids = {r.job_id for r in requests}
+        jobs = {
+            j.pk: j for j in Job.objects.filter(pk__in=job_ids).only("pk", "egress", "execd_key")
+        }
+        rows: list[Sandbox] = []
+        out: list[Outcome] = []
+        for r in requests:
+            job = jobs.get(r.job_id)
+            if job is None:
+                out.append(NotFound(f"job {r.job_id} does not exist"))
+                continue
+            name = new_sandbox_name(job.pk)
+            row = Sandbox(
+                job=job,
+                name=name,
+                nonce=secrets.token_hex(16),
+                token=derive_token(job.execd_key.encode(), name),
+                backend=r.backend,
+                role=r.role,
+                state=SandboxState.REQUESTED,
+                image=r.image,
+                base_commit=r.base_commit or "",
+                cpu_millis=r.cpu_millis,
+                memory_bytes=r.memory_bytes,
+                workspace_bytes=r.workspace_bytes,
+                key_hash=r.key_hash,
+                egress=job.egress,
+                requested_at=r.now,
+            )
+            rows.append(row)
+            out.append(row)
+        Sandbox.objects.bulk_create(rows)  # PostgreSQL and SQLite >= 3.35 return the pks
+        SandboxEvent.objects.bulk_create(
+            [
+                SandboxEvent(
+                    sandbox=row,
+                    kind=events.STATE,
+                    at=row.requested_at,
+                    detail={"from": "", "to": SandboxState.REQUESTED},
+                )
+                for row in rows
+            ]
+        )
+        for row in rows:
+            publish_on_commit("sandbox.state", payload(row, previous="", at=row.requested_at))
+    return out
+
+
+def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:
+    """Apply many moves in one transaction; per move its row or the error that refused it."""
+    with transaction.atomic():
+        ids = sorted({m.sandbox_id for m in moves})  # one lock order: no deadlock between batches
+        locked = {
+            s.pk: s for s in Sandbox.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+        }
+        return apply_moves_locked(locked, moves)
+
+
+def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove]) -> list[Outcome]:
+    """:func:`sandbox_moves_apply` on rows the caller locked in ITS open transaction."""
+    stamp = timezone.now()
+    dirty: dict[int, Sandbox] = {}
+    changed: dict[int, set[str]] = {}
+    recorded: list[SandboxEvent] = []
+    messages: list[dict[str, Any]] = []
+    out: list[Outcome] = []
+    for move in moves:
+        row = locked.get(move.sandbox_id)
+        if row is None:
+            out.append(NotFound(f"sandbox {move.sandbox_id} does not exist"))
+            continue
+        try:
+            planned = plan_move(row, move)
+        except SandmanError as exc:
+            out.append(exc)
+            continue
+        row.updated_at = stamp
+        changed.setdefault(row.pk, set()).update(planned.changed)
+        dirty[row.pk] = row
+        recorded.extend(
+            SandboxEvent(sandbox=row, kind=kind, at=at, detail=detail)
+            for kind, at, detail in planned.events
+        )
+        if move.to is not None and move.publish:
+            # Taken now: a later move of the same row in this batch changes it again.
+            messages.append(payload(row, previous=planned.previous, at=move.now))
+        out.append(row)
+    _save_many([(row, frozenset(changed[pk])) for pk, row in dirty.items()])
+    SandboxEvent.objects.bulk_create(recorded)
+    for message in messages:
+        publish_on_commit("sandbox.state", message)
+    return out
+
+
+def _finished_at(row: Acquisition) -> dt.datetime:
+    assert row.finished_at is not None  # set from the record's ``now`` above
+    return row.finished_at
+
+
+def _concrete(name: str) -> Field[Any, Any]:
+    field = Sandbox._meta.get_field(name)
+    assert isinstance(field, Field) and field.concrete, name
+    return field
+
+
+def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
+    """Save each row's changed fields: ONE ``UPDATE ... WHERE id = %s`` statement per set of
+    fields, sent with ``executemany`` (moves of one kind change the same fields).
+
+    Not ``QuerySet.bulk_update``: its ``CASE WHEN id = ...`` per field and row cost more CPU
+    in Django's expression compiler than the writes it saved (profile_after_bulk_update)."""
+    groups: dict[frozenset[str], list[Sandbox]] = {}
+    for row, fields in rows:
+        groups.setdefault(fields, []).append(row)
+    meta = Sandbox._meta
+    qn = connection.ops.quote_name
+    for fields, members in groups.items():
+        model_fields = [_concrete(name) for name in sorted(fields)]
+        assignments = ", ".join(f"{qn(f.column)} = %s" for f in model_fields)
+        sql = f"UPDATE {qn(meta.db_table)} SET {assignments} WHERE {qn(meta.pk.column)} = %s"
+        params = [
+            [f.get_db_prep_save(getattr(row, f.attname), connection) for f in model_fields]
+            + [row.pk]
+            for row in members
+        ]
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, params)
+
+
+def acquisition_record_many(
+    *, records: Sequence[dict[str, Any]]
+) -> list[Acquisition | SandmanError]:
+    """Insert many finished acquisitions (``acquisition_record``'s keyword arguments each)
+    with one INSERT; a record whose outcome is not a finished one is refused alone."""
+    with transaction.atomic():
+        rows: list[Acquisition] = []
+        out: list[Acquisition | SandmanError] = []
+        for r in records:
+            if r["outcome"] not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
+                out.append(InvalidTransition(f"{r['outcome']!r} is not a finished outcome"))
+                continue
+            row = Acquisition(
+                job_id=r["job_id"],
+                user_id=r.get("user_id"),
+                role=r["role"],
+                image=r["image"],
+                key_hash=r["key_hash"],
+                outcome=r["outcome"],
+                source=r.get("source", ""),
+                sandbox_id=r.get("sandbox_id"),
+                started_at=r["started_at"],
+                finished_at=r["now"],
+                queue_ms=r.get("queue_ms"),
+                create_ms=r.get("create_ms"),
+                wait_ms=r.get("wait_ms"),
+                detail=str(r.get("detail", ""))[:2000],
+            )
+            rows.append(row)
+            out.append(row)
+        Acquisition.objects.bulk_create(rows)
+        for row in rows:
+            acquisition_published(row, _finished_at(row))
+    return out

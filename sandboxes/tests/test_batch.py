@@ -1,0 +1,166 @@
+"""Batched writes (services/batch.py, batch_deletes.py): the single-write rules, one query
+of each kind however many sandboxes a batch holds (issue 13, item 3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from sandboxes import events
+from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
+from sandboxes.providers.base import ReadyInfo
+from sandboxes.services import job_create
+from sandboxes.services.batch import (
+    SandboxRequest,
+    acquisition_record_many,
+    sandbox_moves_apply,
+    sandbox_request_many,
+)
+from sandboxes.services.batch_deletes import (
+    DeleteRequest,
+    pending_delete_confirmed_many,
+    sandbox_begin_delete_many,
+)
+from sandboxes.services.moves import creating_move, hand_out_move, handle_move, ready_move
+from sandman_site.errors import InvalidTransition, NotFound
+
+pytestmark = pytest.mark.django_db
+
+T0 = dt.datetime(2026, 10, 18, 8, 0, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def job() -> Job:
+    owner = get_user_model().objects.create_user(username="trainer")
+    return job_create(owner=owner, name="run", egress="allow", now=T0)
+
+
+def _requests(job: Job, n: int) -> list[SandboxRequest]:
+    return [
+        SandboxRequest(
+            job_id=job.pk,
+            role="rollout",
+            image="sandman/empty",
+            base_commit=None,
+            cpu_millis=500,
+            memory_bytes=2**28,
+            workspace_bytes=None,
+            key_hash="k" * 16,
+            backend="local",
+            now=T0,
+        )
+        for _ in range(n)
+    ]
+
+
+def _ready(sandbox_id: int) -> object:
+    info = ReadyInfo(address="10.0.0.1:8000", node="n1", timeline={"ready": T0}, guards={})
+    return ready_move(sandbox_id=sandbox_id, info=info, now=T0)
+
+
+def _queries(fn: object) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        fn()
+    return len(ctx.captured_queries)
+
+
+def _create_path(ids: list[int]) -> None:
+    sandbox_moves_apply(moves=[creating_move(sandbox_id=i, now=T0) for i in ids])
+    sandbox_moves_apply(
+        moves=[
+            handle_move(sandbox_id=i, uid=f"u{i}", ref="r", api_created_at=T0, now=T0) for i in ids
+        ]
+    )
+    sandbox_moves_apply(moves=[_ready(i) for i in ids])
+
+
+def test_a_batch_of_rows_and_moves_costs_the_same_queries_for_2_or_20_sandboxes(job: Job) -> None:
+    small = [r.pk for r in sandbox_request_many(requests=_requests(job, 2))]
+    large = [r.pk for r in sandbox_request_many(requests=_requests(job, 20))]
+    assert _queries(lambda: _create_path(small)) == _queries(lambda: _create_path(large))
+    assert _queries(lambda: sandbox_request_many(requests=_requests(job, 2))) == _queries(
+        lambda: sandbox_request_many(requests=_requests(job, 20))
+    )
+    ready = Sandbox.objects.filter(pk__in=large)
+    assert {s.state for s in ready} == {"ready"}
+    assert all(s.backend_uid == f"u{s.pk}" and s.address == "10.0.0.1:8000" for s in ready)
+    kinds = list(
+        SandboxEvent.objects.filter(sandbox_id=large[0])
+        .order_by("pk")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == [
+        events.STATE,  # requested
+        events.STATE,  # creating
+        events.CREATE_SENT,
+        events.API_CREATED,
+        events.STATE,  # ready
+        events.READY,
+    ]
+
+
+def test_a_refused_move_raises_alone_and_the_rest_of_its_batch_commits(job: Job) -> None:
+    a, b = (r.pk for r in sandbox_request_many(requests=_requests(job, 2)))
+    out = sandbox_moves_apply(
+        moves=[
+            creating_move(sandbox_id=a, now=T0),
+            hand_out_move(sandbox_id=b, source="created", role="rollout", now=T0),  # requested!
+            creating_move(sandbox_id=10**9, now=T0),
+        ]
+    )
+    assert isinstance(out[0], Sandbox) and out[0].state == "creating"
+    assert isinstance(out[1], InvalidTransition)
+    assert isinstance(out[2], NotFound)
+    assert Sandbox.objects.get(pk=b).state == "requested"
+    assert not SandboxEvent.objects.filter(sandbox_id=b, kind=events.ACQUIRED).exists()
+
+
+def test_moves_of_one_sandbox_in_one_batch_apply_in_order(job: Job) -> None:
+    (a,) = (r.pk for r in sandbox_request_many(requests=_requests(job, 1)))
+    out = sandbox_moves_apply(moves=[creating_move(sandbox_id=a, now=T0), _ready(a)])
+    assert all(isinstance(o, Sandbox) for o in out)
+    assert Sandbox.objects.get(pk=a).state == "ready"
+
+
+def test_batched_deletes_persist_pending_rows_and_end_never_sent_rows_at_once(job: Job) -> None:
+    never, sent, twice = (r.pk for r in sandbox_request_many(requests=_requests(job, 3)))
+    sandbox_moves_apply(moves=[creating_move(sandbox_id=i, now=T0) for i in (sent, twice)])
+    orders = sandbox_begin_delete_many(
+        requests=[
+            DeleteRequest(sandbox_id=never, reason="drained", now=T0),
+            DeleteRequest(sandbox_id=sent, reason="drained", now=T0),
+            DeleteRequest(sandbox_id=twice, reason="drained", now=T0),
+            DeleteRequest(sandbox_id=twice, reason="again", now=T0),
+        ]
+    )
+    assert orders[0] is None and Sandbox.objects.get(pk=never).state == "deleted"
+    assert orders[1] is not None and orders[1].sandbox_id == sent
+    assert orders[2] == orders[3] and orders[2] is not None
+    assert PendingDelete.objects.count() == 2
+    assert Sandbox.objects.get(pk=sent).state == "deleting"
+    names = [Sandbox.objects.get(pk=i).name for i in (sent, twice)]
+    ended = pending_delete_confirmed_many(names=[*names, names[0], "sm-none"], now=T0)
+    assert ended == [sent, twice, None, None]
+    assert PendingDelete.objects.count() == 0
+    assert set(Sandbox.objects.values_list("state", flat=True)) == {"deleted"}
+
+
+def test_batched_acquisitions_are_inserted_and_a_pending_outcome_is_refused(job: Job) -> None:
+    base = {
+        "job_id": job.pk,
+        "role": "rollout",
+        "image": "sandman/empty",
+        "key_hash": "k" * 16,
+        "started_at": T0,
+        "now": T0,
+    }
+    out = acquisition_record_many(
+        records=[{**base, "outcome": "ok", "wait_ms": 3.0}, {**base, "outcome": "pending"}]
+    )
+    assert isinstance(out[0], Acquisition) and out[0].pk is not None
+    assert isinstance(out[1], InvalidTransition)
+    assert Acquisition.objects.count() == 1
