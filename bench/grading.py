@@ -17,9 +17,12 @@ Same-run baseline: the same suites run directly on the host (``git worktree`` ch
 the base commit, reference and test patches applied with ``git apply``, the task's suite
 command) with no sandbox — what grading costs without Sandman.
 
-Modes are pluggable: ``warm`` (a warm pool of grading sandboxes) and ``reused`` (checked
-reuse) are added to ``MODES`` by the code that builds them (issue 10, item 6); until then
-they are listed under ``not_measured``. ``primes`` (a suite over its time limit: 3 timed-out
+Modes (``MODES``, all in one run, same controller and images): ``fresh``; ``warm`` (the job
+keeps ``WARM_PER_KEY`` never-used grading sandboxes per key it has asked for, so a later
+grading of a task finds one ready); ``reused`` (checked reuse: after each grading the
+sandbox is reset, checked against its baseline and restored, then handed to the next
+grading of the same key; check-and-restore time from the ``reuse_checked`` events).
+``primes`` (a suite over its time limit: 3 timed-out
 attempts, no verdict) is left out by default, since it measures the time limit, not Sandman.
 
 Results: ``bench/results/grading.json`` (server, settings, load average around each run).
@@ -59,11 +62,22 @@ def fresh_job_options() -> dict[str, Any]:
     return {"reuse_enabled": False, "warm_per_key": 0}
 
 
-# mode name -> job options. Another mode registers itself here (warm pool, checked reuse).
-MODES: dict[str, Callable[[], dict[str, Any]]] = {"fresh": fresh_job_options}
-NOT_YET = {
-    "warm": "a warm pool of grading sandboxes (issue 10 item 6)",
-    "reused": "checked reuse (issue 10 item 6)",
+WARM_PER_KEY = 2
+
+
+def warm_job_options() -> dict[str, Any]:
+    return {"reuse_enabled": False, "warm_per_key": WARM_PER_KEY}
+
+
+def reused_job_options() -> dict[str, Any]:
+    return {"reuse_enabled": True, "warm_per_key": 0}
+
+
+# mode name -> job options.
+MODES: dict[str, Callable[[], dict[str, Any]]] = {
+    "fresh": fresh_job_options,
+    "warm": warm_job_options,
+    "reused": reused_job_options,
 }
 
 
@@ -128,7 +142,8 @@ def run_mode(mode: str, controller: Any, tasks: list[Any], rounds: int) -> dict[
     from grading import services
     from grading.models import Grading
     from grading.runner import GradingRunner
-    from sandboxes.models import Sandbox
+    from sandboxes import events
+    from sandboxes.models import Sandbox, SandboxEvent
     from sandboxes.services.jobs import job_create
 
     owner, _ = get_user_model().objects.get_or_create(username="bench-grading")
@@ -153,10 +168,16 @@ def run_mode(mode: str, controller: Any, tasks: list[Any], rounds: int) -> dict[
     while Grading.objects.filter(pk__in=ids).exclude(state="done").exists():
         runner.run_once()
     wall_s = time.monotonic() - started
+    controller.wait_idle()  # the last check-and-restore (reused) or warm build has finished
     gradings = list(Grading.objects.filter(pk__in=ids))
     attempts = [a for g in gradings for a in g.attempts]
     acquire = [float(a["acquire_ms"]) for a in attempts if a.get("acquire_ms") is not None]
     created = Sandbox.objects.filter(job=job, role="grading").count()
+    checks = [
+        float(e.detail["duration_ms"])
+        for e in SandboxEvent.objects.filter(kind=events.REUSE_CHECKED, sandbox__job=job)
+        if "duration_ms" in e.detail
+    ]
     verdicts: dict[str, int] = {}
     for g in gradings:
         verdicts[g.verdict] = verdicts.get(g.verdict, 0) + 1
@@ -172,6 +193,11 @@ def run_mode(mode: str, controller: Any, tasks: list[Any], rounds: int) -> dict[
         "acquire_ms_p50": _pct(acquire, 0.5),
         "acquire_ms_p99": _pct(acquire, 0.99),
         "acquire_sources": sorted({a.get("source", "") for a in attempts}),
+        "check_and_restore": {
+            "n": len(checks),
+            "p50_ms": _pct(checks, 0.5),
+            "p99_ms": _pct(checks, 0.99),
+        },
         "grading_ms_p50": _pct(
             [float(a["duration_ms"]) for a in attempts if "duration_ms" in a], 0.5
         ),
@@ -239,7 +265,6 @@ def main() -> None:
                 "rounds": args.rounds,
             },
             "modes": runs,
-            "not_measured": NOT_YET,
             "baseline_host_suites": base,
         }
     finally:
