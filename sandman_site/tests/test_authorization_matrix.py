@@ -30,7 +30,7 @@ from sandboxes.tests.api_support import api, make_job, make_user, seed_sandbox
 
 pytestmark = pytest.mark.django_db
 
-OWNED = ("{job_id}", "{sandbox_id}", "{grading_id}")
+OWNED = ("{job_id}", "{sandbox_id}", "{grading_id}", "{certification_id}")
 STAFF_WRITES = {
     ("POST", "/api/v1/incidents/"),
     ("PATCH", "/api/v1/incidents/{incident_id}/"),
@@ -64,11 +64,31 @@ def world() -> dict[str, Any]:
             "sandbox_id": sandbox.pk,
             "grading_id": _grading_id(job, task_id),
             "task_set_id": task_set.json()["id"],
+            "certification_id": _certification_id(job, task_set.json()["id"]),
             "instance_id": task_id,
             "incident_id": incident.json()["id"],
         },
         "owned": {"job": job.pk, "sandbox": sandbox.pk},
     }
+
+
+def _certification_id(job: Any, task_set_id: int) -> int:
+    """A running certification of the owner's job (a row: only its visibility matters)."""
+    from django.utils import timezone
+
+    from grading.models import Certification
+
+    now = timezone.now()
+    certification = Certification.objects.create(
+        task_set_id=task_set_id,
+        job=job,
+        config={},
+        config_hash="0" * 64,
+        created_by=job.owner,
+        created_at=now,
+        state_changed_at=now,
+    )
+    return certification.pk
 
 
 def _grading_id(job: Any, instance_id: str) -> int:

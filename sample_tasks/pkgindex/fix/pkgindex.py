@@ -3,7 +3,7 @@
 import json
 import urllib.request
 
-INDEX_URL = "http://127.0.0.1:47865/simple/"
+INDEX_URL = "http://198.18.250.1:47865/simple/"
 
 
 def version_key(version: str) -> tuple[int, ...]:
