@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -161,6 +162,16 @@ def test_the_same_key_twice_answers_the_same_sandbox_and_a_bad_key_is_refused(
     assert rest.post(release, {}, format="json").json()["error"] == "already_released"
 
 
+def _exists(sb: Any, path: str) -> bool:
+    try:
+        sb.read_bytes(path)
+    except SandmanClientError as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
+
+
 def test_two_threads_on_one_sandbox_get_busy_not_a_broken_connection(
     controller, live_server, token
 ):
@@ -173,16 +184,22 @@ def test_two_threads_on_one_sandbox_get_busy_not_a_broken_connection(
 
             def long_command() -> None:
                 started.set()
-                results.append(sb.run("until [ -e gate ]; do sleep 0.01; done; echo done"))
+                results.append(
+                    sb.run("touch running; until [ -e gate ]; do sleep 0.01; done; echo done")
+                )
 
             worker = threading.Thread(target=long_command)
             worker.start()
             started.wait(10)
-            # The other thread gets execd's 409 busy (once the command is running), and
-            # file routes keep working meanwhile on its own connection.
+            # Gate on the command really running (its marker file, read over the file route
+            # on this thread's own connection), so this thread's commands meet it in execd
+            # instead of racing it for the shell.
+            deadline = time.monotonic() + 30
+            while not _exists(sb, "running"):
+                assert time.monotonic() < deadline and worker.is_alive(), results
+            # The other thread gets execd's 409 busy, and file routes keep working meanwhile.
             with pytest.raises(SandmanClientError) as busy:
-                for _ in range(500):
-                    sb.run("true")
+                sb.run("true")
             assert (busy.value.status, busy.value.code) == (409, "busy")
             sb.write("gate", "")
             worker.join(30)
