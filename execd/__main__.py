@@ -14,6 +14,7 @@ returns), gives request threads ``SHUTDOWN_JOIN_S`` to finish, abandons the
 rest (daemon threads) and exits 0. SIGKILL is the only way to exit otherwise.
 """
 
+import faulthandler
 import logging
 import os
 import select
@@ -35,6 +36,8 @@ log = logging.getLogger("execd")
 
 # Seconds request threads get to finish after the sandbox's processes are killed.
 SHUTDOWN_JOIN_S = 5.0
+# Seconds from a stop signal to a forced exit (with every thread's stack on stderr).
+STOP_BOUND_S = 20.0
 
 
 class StopRequest:
@@ -70,6 +73,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         stream=sys.stderr,
         format="execd %(levelname)s %(name)s: %(message)s",
     )
+    # A fatal signal (SIGABRT from a supervisor that gave up waiting, SIGSEGV) prints
+    # every thread's stack to stderr first, so a stuck execd says where it was stuck.
+    faulthandler.enable(all_threads=True)
     app = App(cfg)
     stop = StopRequest()
     signal.signal(signal.SIGTERM, stop.record)
@@ -87,6 +93,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stdout.flush()
         stop.wait()
         log.info("signal %d: stopping", stop.signum)
+        # A stop is bounded: if execd is still here STOP_BOUND_S later, every thread's
+        # stack goes to stderr and the process exits (status 1) instead of hanging.
+        faulthandler.dump_traceback_later(STOP_BOUND_S, exit=True)
         server.stop_serving()  # no new connection; idle keep-alive ones end
     finally:
         app.close()  # kills every process the sandbox started: a running command returns

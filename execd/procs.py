@@ -21,6 +21,7 @@ import ctypes
 import errno
 import logging
 import os
+import select
 import signal
 import threading
 import time
@@ -195,26 +196,52 @@ class Cgroup:
 
 
 class Reaper:
-    """Reaps zombie children of execd that nobody else waits for."""
+    """Reaps zombie children of execd that nobody else waits for.
+
+    ``notify`` runs in the SIGCHLD handler, so it takes no lock: a Python signal handler
+    runs between bytecodes of the main thread, and one that took the lock of an
+    ``Event`` could interrupt the same thread inside that ``Event.set`` (a second
+    SIGCHLD during the first handler) and wait for itself forever (seen: execd hung at
+    stop). It writes one byte to a self-pipe, which the reaper thread selects on.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._known = set()  # type: Set[int]
-        self._wake = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._stopped = False
+        self._thread = None  # type: Optional[threading.Thread]
         self.reaped_total = 0
 
     def start(self, interval: float = 2.0) -> None:
         t = threading.Thread(target=self._loop, args=(interval,), name="reaper", daemon=True)
+        self._thread = t
         t.start()
 
     def stop(self) -> None:
         self._stopped = True
-        self._wake.set()
+        self.notify()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        if self._thread is None or not self._thread.is_alive():
+            w, self._wake_w = self._wake_w, -1
+            for fd in (self._wake_r, w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def notify(self) -> None:
-        """Called from the SIGCHLD handler."""
-        self._wake.set()
+        """Called from the SIGCHLD handler: async-signal-safe, no lock."""
+        fd = self._wake_w
+        if fd < 0:
+            return
+        try:
+            os.write(fd, b"\0")
+        except OSError:
+            pass  # the pipe is full (a wake-up is pending anyway) or closed at stop
 
     def spawn(self, start: Callable[[], "subprocess.Popen[Any]"]) -> "subprocess.Popen[Any]":
         """Run ``start()`` (which forks) and register the child's pid atomically."""
@@ -248,8 +275,15 @@ class Reaper:
 
     def _loop(self, interval: float) -> None:
         while not self._stopped:
-            self._wake.wait(interval)  # SIGCHLD wakes us; the interval is a safety net
-            self._wake.clear()
+            # SIGCHLD wakes us; the interval is a safety net
+            select.select([self._wake_r], [], [], interval)
+            try:
+                while os.read(self._wake_r, 512):
+                    pass
+            except OSError:
+                pass  # drained (EAGAIN)
+            if self._stopped:
+                break
             try:
                 self.reap_now()
             except OSError:

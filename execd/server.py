@@ -32,10 +32,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from . import __version__, limits, protocol
+from .acceptor import AcceptLoop
 from .app import App
 from .wire import ApiError
 
 log = logging.getLogger("execd.server")
+
+# how long ``stop_serving`` waits for the accept loop to leave its current accept
+STOP_ACCEPT_S = 5.0
 
 
 class Route(NamedTuple):
@@ -88,17 +92,34 @@ class Server(ThreadingHTTPServer):
     def __init__(self, address: Tuple[str, int], app: App) -> None:
         self.app = app
         self.stopping = False
-        self._serving: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._connections: Dict[threading.Thread, socket.socket] = {}
         super().__init__(address, Handler)
+        self._acceptor = AcceptLoop(self.socket, self._accept_one, STOP_ACCEPT_S)
 
     def serve_in_thread(self) -> None:
-        self._serving = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="execd-serve"
-        )
-        self._serving.daemon = True
-        self._serving.start()
+        self._acceptor.start()
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        # a connection reset between select and accept must not block the accept loop
+        self.socket.setblocking(False)
+
+    def get_request(self) -> Tuple[socket.socket, Any]:
+        sock, address = self.socket.accept()  # BlockingIOError: the server just returns
+        sock.setblocking(True)
+        return sock, address
+
+    def _accept_one(self) -> None:
+        try:
+            request, client_address = self.get_request()
+        except OSError:
+            return  # gone between select and accept (or EAGAIN)
+        try:
+            self.process_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+            self.shutdown_request(request)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """One daemon thread per connection, registered (with its socket) BEFORE it
@@ -121,8 +142,7 @@ class Server(ThreadingHTTPServer):
     def stop_serving(self) -> None:
         """Stop accepting, close the listening socket, end every connection's reads."""
         self.stopping = True
-        if self._serving is not None:
-            self.shutdown()  # returns once serve_forever has
+        self._acceptor.stop()
         self.server_close()
         with self._lock:
             sockets = list(self._connections.values())

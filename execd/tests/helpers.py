@@ -3,6 +3,7 @@
 import http.client
 import json
 import os
+import signal
 import subprocess
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -84,8 +85,14 @@ class Execd:
         try:
             return self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+            # still here: SIGABRT makes execd's faulthandler print every thread's stack
+            # to stderr (the assertion that follows shows it), then it dies
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                return self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return self.proc.wait()
 
 
 # -- helpers used across test modules ------------------------------------------------
