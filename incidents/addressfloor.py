@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Count
+from django.db.models.functions import Coalesce
 
 from incidents import services
 from incidents.models import Incident
@@ -37,11 +38,10 @@ def detect_address_floor(*, since: datetime, now: datetime) -> list[Incident]:
         )
         until = reopened.at if reopened is not None else now
         refused = (
-            Acquisition.objects.filter(
-                outcome=AcquisitionOutcome.ADDRESS_FLOOR,
-                started_at__gte=closing.at,
-                started_at__lte=until,
-            )
+            # By when they ended: an acquire waiting when the gate closed is refused too.
+            Acquisition.objects.filter(outcome=AcquisitionOutcome.ADDRESS_FLOOR)
+            .annotate(ended=Coalesce("finished_at", "started_at"))
+            .filter(ended__gte=closing.at, ended__lte=until)
             .values("job")
             .annotate(n=Count("id"))
             .order_by("job")
