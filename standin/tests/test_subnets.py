@@ -94,6 +94,26 @@ def test_another_workload_taking_addresses_lowers_the_count_and_giving_back_rais
     assert cluster.consume_addresses("subnet-b", -150) == 199
 
 
+def test_the_command_line_builds_subnets_and_pool_labels() -> None:
+    from standin.cli import cluster_from_options
+
+    options = {
+        "nodes": 2, "node_cpu": "4", "node_memory": "8Gi", "speed": 1.0, "seed": 0,
+        "warm_addresses": 2, "run_execd": False, "host": "127.0.0.1", "port": 0,
+        "subnet": ["subnet-x=10.1.0.0/28@zone-x"], "warm_ip_target": 3,
+        "node_label": ["sandman.dev/node-pool=sandboxes"],
+    }  # fmt: skip
+    cluster = cluster_from_options(options)
+    cluster.start()
+    try:
+        assert cluster.subnets()["Subnets"][0]["AvailableIpAddressCount"] == 11 - 2 * 4
+        labels = cluster.nodes()[0]["labels"]
+        assert labels["sandman.dev/node-pool"] == "sandboxes"
+        assert labels["topology.kubernetes.io/zone"] == "zone-x"
+    finally:
+        cluster.stop()
+
+
 def _node(name: str):
     from standin import NodeSpec
 
