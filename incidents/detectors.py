@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce, TruncMinute
 
-from incidents import services, windows
+from incidents import addressfloor, services, windows
 from incidents.models import Incident
 from incidents.services import Draft
 from incidents.states import Stage
@@ -63,6 +63,7 @@ def run_all(*, now: datetime) -> list[Incident]:
     opened += detect_address_failures(since=since, now=now)
     opened += detect_acquire_timeouts(since=since, now=now)
     opened += detect_pod_cap(since=since, now=now)
+    opened += addressfloor.detect_address_floor(since=since, now=now)
     return opened
 
 

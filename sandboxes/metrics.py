@@ -13,6 +13,9 @@ Families (names are a contract with dashboards and alerts: add, never rename):
 * ``sandman_acquisitions_total{source,outcome}`` counter.
 * ``sandman_sandboxes{state}`` gauge — every state, zeros included.
 * ``sandman_pacer_queue_length`` gauge.
+* ``sandman_subnet_free_addresses{subnet,zone}`` gauge — the latest reading per subnet
+  (``sandboxes.addresses``); ``sandman_address_floor`` gauge — its floor;
+  ``sandman_address_floor_reached`` gauge — 1 while the pool creates nothing for it.
 """
 
 from __future__ import annotations
@@ -110,6 +113,25 @@ class SandmanCollector:
         for state in SandboxState.values:
             sandboxes.add_metric([state], states.get(state, 0))
         yield sandboxes
+
+        free = GaugeMetricFamily(
+            "sandman_subnet_free_addresses",
+            "Free pod addresses per subnet, latest reading (AvailableIpAddressCount).",
+            labels=["subnet", "zone"],
+        )
+        latest = selectors.latest_subnet_samples()
+        for sample in latest:
+            free.add_metric([sample.subnet_id, sample.zone], sample.available)
+        yield free
+        floor = max((sample.floor for sample in latest), default=0)
+        yield GaugeMetricFamily(
+            "sandman_address_floor", "Free addresses under which creates stop.", value=floor
+        )
+        yield GaugeMetricFamily(
+            "sandman_address_floor_reached",
+            "1 while a subnet is under the address floor and the pool creates nothing.",
+            value=1 if selectors.address_floor_closed() else 0,
+        )
 
         yield GaugeMetricFamily(
             "sandman_pacer_queue_length",

@@ -58,6 +58,10 @@ class Job(models.Model):
     reuse_max_uses = models.PositiveIntegerField(default=8)
     # Opt-in: warm and reused grading sandboxes of tag-referenced images (sandboxes.imagerefs).
     reuse_allow_tags = models.BooleanField(default=False)
+    # Placement (sandboxes.placement): a node pool by its label's value (empty: the
+    # service's default pool) and other node labels; never an instance type (Table A14).
+    node_pool = models.CharField(max_length=63, blank=True, default="")
+    node_selector = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
     drained_at = models.DateTimeField(null=True, blank=True)
     execd_key = models.CharField(max_length=64, default=new_execd_key, editable=False)
@@ -314,3 +318,31 @@ class IdempotentCall(models.Model):
             )
         ]
         indexes = [models.Index(fields=["created_at"])]
+
+
+class SubnetSample(models.Model):
+    """One reading of a subnet's free pod addresses (``sandboxes.addresses``): the gauge
+    ``sandman_subnet_free_addresses`` and the /operations/ chart read these."""
+
+    at = models.DateTimeField()
+    subnet_id = models.CharField(max_length=64)
+    zone = models.CharField(max_length=64, blank=True, default="")
+    available = models.PositiveIntegerField()
+    floor = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["at"]), models.Index(fields=["subnet_id", "at"])]
+
+
+class AddressFloorChange(models.Model):
+    """The pool stopped creating (``closed``) because a subnet fell under the address
+    floor, or started again: an event on /operations/ and a detector's draft incident."""
+
+    at = models.DateTimeField()
+    closed = models.BooleanField()
+    subnet_id = models.CharField(max_length=64, blank=True, default="")
+    available = models.PositiveIntegerField(default=0)
+    floor = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["at"])]

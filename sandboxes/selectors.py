@@ -16,9 +16,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 
-from sandboxes.models import Acquisition, IdempotentCall, Job, Sandbox, SandboxEvent
+from sandboxes.models import (
+    Acquisition,
+    AddressFloorChange,
+    IdempotentCall,
+    Job,
+    Sandbox,
+    SandboxEvent,
+    SubnetSample,
+)
 from sandboxes.states import SandboxState
 from sandman_site.errors import NotFound
 
@@ -196,3 +214,20 @@ def idempotent_answer(*, route: str, scope: int, key: str) -> dict[str, Any] | N
         token = Sandbox.objects.filter(pk=row.sandbox_id).values_list("token", flat=True).first()
         answer["token"] = token or ""
     return answer
+
+
+# --- free pod addresses (sandboxes.addresses) -------------------------------------------
+
+
+def latest_subnet_samples() -> list[SubnetSample]:
+    """The latest reading of every subnet (one query; a subnet's newest row wins)."""
+    newest = SubnetSample.objects.filter(subnet_id=OuterRef("subnet_id")).order_by("-at", "-id")
+    return list(
+        SubnetSample.objects.filter(pk=Subquery(newest.values("pk")[:1])).order_by("subnet_id")
+    )
+
+
+def address_floor_closed() -> bool:
+    """True while the latest floor change closed the gate (no create for lack of addresses)."""
+    last = AddressFloorChange.objects.order_by("-at", "-id").values_list("closed", flat=True)[:1]
+    return bool(last and last[0])

@@ -95,6 +95,8 @@ class AcquisitionOutcome(models.TextChoices):
     CAP = "cap", "pod cap"
     FAILED = "failed", "failed"
     CANCELLED = "cancelled", "cancelled"
+    # No create: a subnet's free pod addresses are under the floor (sandboxes.addresses).
+    ADDRESS_FLOOR = "address_floor", "address floor"
 
 
 ACQUISITION_TERMINAL = frozenset(
@@ -104,6 +106,7 @@ ACQUISITION_TERMINAL = frozenset(
         AcquisitionOutcome.CAP,
         AcquisitionOutcome.FAILED,
         AcquisitionOutcome.CANCELLED,
+        AcquisitionOutcome.ADDRESS_FLOOR,
     }
 )
 ACQUISITION_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -117,4 +120,5 @@ ACQUISITION_COLOURS = {
     AcquisitionOutcome.CAP: "#f7a35c",
     AcquisitionOutcome.FAILED: "#e12d39",
     AcquisitionOutcome.CANCELLED: "#52606d",
+    AcquisitionOutcome.ADDRESS_FLOOR: "#8e44ad",
 }

@@ -16,9 +16,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
+
 from grading.runner import GradingRunner, get_runner, set_runner
 from incidents import detectors
 from incidents import services as incident_services
+from sandboxes.addresses import UrlSubnetSource
 from sandboxes.controller import Controller, ControllerHooks, set_controller_builder
 from sandboxes.providers import get_provider
 
@@ -40,6 +43,8 @@ def build_controller(**overrides: Any) -> Controller:
     """A controller with the backend from settings (unless ``provider=`` is given) and the
     incidents hooks; ``overrides`` are ``Controller`` arguments."""
     overrides.setdefault("provider_factory", get_provider)
+    if settings.SANDMAN_SUBNETS_URL and "address_source" not in overrides:
+        overrides["address_source"] = UrlSubnetSource(settings.SANDMAN_SUBNETS_URL)
     return Controller(hooks=incident_hooks(), **overrides)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from standin.cluster import StandinCluster
 from standin.kubeconfig import write_kubeconfig
 from standin.scheduler import AddressModel, NodeSpec
+from standin.subnets import SubnetSpec
 
 DEFAULT_NAMESPACE = "default"
 
@@ -44,6 +46,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warm-addresses", type=int, default=2, help="spare pod addresses per node"
     )
+    parser.add_argument(
+        "--subnet",
+        action="append",
+        default=[],
+        metavar="ID=CIDR[@ZONE]",
+        help="a VPC subnet the nodes join round-robin (repeat; none: addresses unbounded)",
+    )
+    parser.add_argument(
+        "--warm-ip-target", type=int, default=1, help="the VPC CNI's WARM_IP_TARGET per node"
+    )
+    parser.add_argument(
+        "--node-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label on every node (repeat), e.g. sandman.dev/node-pool=sandboxes",
+    )
     parser.add_argument("--run-execd", action="store_true", help="run a real execd per Ready pod")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -53,20 +72,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cluster_from_options(options: Mapping[str, Any]) -> StandinCluster:
     """A real-time cluster as the options describe (keys are the argparse ``dest`` names)."""
+    labels = dict(item.split("=", 1) for item in options.get("node_label") or [])
     nodes = [
-        NodeSpec(f"node-{i}", cpu=options["node_cpu"], memory=options["node_memory"])
+        NodeSpec(f"node-{i}", cpu=options["node_cpu"], memory=options["node_memory"], labels=labels)
         for i in range(options["nodes"])
     ]
+    subnets = [_subnet(item) for item in options.get("subnet") or []]
     return StandinCluster(
         nodes,
         mode="realtime",
         speed=options["speed"],
         seed=options["seed"],
         address_model=AddressModel(warm_addresses=options["warm_addresses"]),
+        subnets=subnets,
+        warm_ip_target=options.get("warm_ip_target", 1),
         run_execd=options["run_execd"],
         host=options["host"],
         port=options["port"],
     )
+
+
+def _subnet(item: str) -> SubnetSpec:
+    """``ID=CIDR[@ZONE]`` as a subnet (ValueError on another shape)."""
+    subnet_id, _, rest = item.partition("=")
+    cidr, _, zone = rest.partition("@")
+    if not subnet_id or not cidr:
+        raise ValueError(f"--subnet {item!r}: expected ID=CIDR[@ZONE]")
+    ipaddress.ip_network(cidr)  # ValueError for a CIDR that is not one
+    return SubnetSpec(subnet_id, cidr, zone or "standin-1a")
 
 
 async def serve(

@@ -7,8 +7,8 @@ auditor uses: it reads the store directly, never through the client under test.
 
 The same public methods are the control API that ``control.py`` serves under
 ``/_standin/`` (``state()``, ``pods()``, ``nodes()``, ``address_failures()``,
-``request_totals()``, ``put_pod()``, plus the ``gates``, ``plans``, ``api``, ``store``
-and ``sim`` collaborators); nothing outside this module calls a private method of it.
+``request_totals()``, ``subnets()``, ``put_pod()``, plus the ``gates``, ``plans``, ``api``,
+``store`` and ``sim`` collaborators); nothing outside this module calls a private method of it.
 
 Invariants: every public method is safe to call from any thread (work is marshalled onto
 the cluster's loop -- or run at once when called on it -- and results are deep copies);
@@ -42,12 +42,13 @@ from standin.kubeconfig import write_kubeconfig
 from standin.kubelet import Kubelet, Timings, prepare_pod
 from standin.leases import LeaseApi
 from standin.plans import PlanRegistry
-from standin.scheduler import AddressModel, NodeSpec, Scheduler, make_nodes
+from standin.scheduler import AddressModel, NodeSpec, Scheduler, attach_subnets, make_nodes
 from standin.server import ApiServer
 from standin.sim import Simulation
 from standin.stats import RequestStats
 from standin.status import rfc3339
 from standin.store import Listener, Store
+from standin.subnets import Subnet, SubnetSpec, describe_subnets
 from standin.termination import Terminator
 
 T = TypeVar("T")
@@ -67,6 +68,8 @@ class StandinCluster:
         seed: int = 0,
         timings: Timings | None = None,
         address_model: AddressModel | None = None,
+        subnets: list[SubnetSpec] | None = None,
+        warm_ip_target: int = 1,
         images: Mapping[str, int] | None = None,
         default_image_bytes: int = 43_000_000,
         run_execd: bool = False,
@@ -88,6 +91,9 @@ class StandinCluster:
         self._nodes_arg, self.mode, self.speed, self.seed = nodes, mode, speed, seed
         self.timings = timings or Timings()
         self.address_model = address_model or AddressModel()
+        # The VPC CNI address model (subnets.py): none given, pods' addresses are unbounded.
+        self._subnet_specs, self.warm_ip_target = list(subnets or []), warm_ip_target
+        self.subnet_states: list[Subnet] = []
         self.images = dict(images or {})
         self.default_image_bytes = default_image_bytes
         self.run_execd = run_execd
@@ -184,6 +190,10 @@ class StandinCluster:
         # addresses (their real execds bind podIP:port).
         pod_range = random.SystemRandom().randrange(1, 256 * 256 - 1)
         self.scheduler = Scheduler(make_nodes(self._nodes_arg, pod_range=pod_range))
+        if self._subnet_specs:
+            self.subnet_states = attach_subnets(
+                self.scheduler.nodes, self._subnet_specs, warm_ip_target=self.warm_ip_target
+            )
         python, pythonpath = self._execd_args
         self.execd = ExecdRunner(python=python, pythonpath=pythonpath) if self.run_execd else None
         self.kubelet = Kubelet(
@@ -297,6 +307,22 @@ class StandinCluster:
 
     def address_failures(self) -> dict[str, Any]:
         return self._call(self._address_failures)
+
+    def subnets(self) -> dict[str, Any]:
+        """The VPC's subnets as EC2 ``DescribeSubnets`` answers (``{"Subnets": [...]}``)."""
+        return self._call(lambda: _copy(describe_subnets(self.subnet_states)))
+
+    def consume_addresses(self, subnet_id: str, count: int) -> int:
+        """Another workload takes ``count`` addresses of a subnet (negative: gives back);
+        returns the subnet's available count. Unknown subnet: KeyError."""
+
+        def consume() -> int:
+            for subnet in self.subnet_states:
+                if subnet.spec.id == subnet_id:
+                    return subnet.consume(count)
+            raise KeyError(subnet_id)
+
+        return self._call(consume)
 
     def request_counts(self) -> Counter[tuple[str, str]]:
         """Requests by (verb, resource): verbs create/get/list/watch/patch/delete."""
@@ -413,6 +439,7 @@ class StandinCluster:
             "events": _copy(self.events_log.list()),
             "event_counts": dict(self.events_log.counts),
             "address_failures": self._address_failures(),
+            "subnets": _copy(describe_subnets(self.subnet_states))["Subnets"],
             "requests": self._request_counts(),
             "watches": self.stats.watching,
             "resource_version": self.store.rv,

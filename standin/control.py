@@ -1,7 +1,9 @@
 """Control routes under ``/_standin/`` for benchmarks and out-of-process tests.
 
 Reads: ``state`` (everything), ``pods``, ``nodes``, ``events``, ``address-failures``,
-``requests``. Writes: ``plans`` (POST adds, DELETE clears), ``gates`` (POST arms one;
+``requests``, ``subnets`` (the VPC's subnets in EC2 ``DescribeSubnets``' document shape,
+``subnets.py``). Writes: ``subnets/{id}/consume`` (POST ``{"count"}``: another workload
+takes addresses), ``plans`` (POST adds, DELETE clears), ``gates`` (POST arms one;
 GET ``gates/{id}`` reports it; POST ``gates/{id}/release``), ``bookmark``, ``compact``,
 ``close-watches``, ``advance`` (manual mode), ``quota/{ns}`` (POST ``{"pods", "cpu"}`` sets
 the namespace's ResourceQuota, DELETE drops it), ``pods/{ns}`` (store a pod of "another
@@ -51,6 +53,8 @@ class ControlledCluster(Protocol):
     def address_failures(self) -> dict[str, Any]: ...
     def request_totals(self) -> dict[str, int]: ...
     def put_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def subnets(self) -> dict[str, Any]: ...
+    def consume_addresses(self, subnet_id: str, count: int) -> int: ...
 
 
 def add_routes(app: web.Application, cluster: ControlledCluster) -> None:
@@ -170,8 +174,18 @@ def add_routes(app: web.Application, cluster: ControlledCluster) -> None:
             {"pods": cluster.disruptions.lose_node(request.match_info["name"])}
         )
 
+    async def consume(request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            left = cluster.consume_addresses(request.match_info["id"], int(body.get("count", 0)))
+        except KeyError:
+            return web.json_response({"error": "no such subnet"}, status=404)
+        return web.json_response({"AvailableIpAddressCount": left})
+
     r = app.router
     r.add_get("/_standin/state", state)
+    r.add_get("/_standin/subnets", reader(cluster.subnets))
+    r.add_post("/_standin/subnets/{id}/consume", consume)
     r.add_get("/_standin/pods", reader(lambda: cluster.pods(None)))
     r.add_get("/_standin/nodes", reader(cluster.nodes))
     r.add_get("/_standin/events", reader(lambda: cluster.events_log.list()))

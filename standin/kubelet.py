@@ -250,7 +250,12 @@ class Kubelet:
         if pod is None or node is None:
             return
         recent = node.recent_binds(self.sim.now, self.address_model.window_s)
-        if self.rng.random() < self.address_model.failure_probability(recent):
+        # No address left in the node's subnet (subnets.py) fails without a draw, so the
+        # seeded failures of a cluster without subnets stay as they were.
+        exhausted = node.addresses is not None and not node.addresses.assign(s.uid)
+        if exhausted or self.rng.random() < self.address_model.failure_probability(recent):
+            if not exhausted and node.addresses is not None:
+                node.addresses.release(s.uid)  # a failed attempt holds no address
             s.address_failures += 1
             node.address_failures += 1
             self.address_failures_by_pod[s.name] = s.address_failures

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from standin.selectors import Requirement, labels_match
+from standin.subnets import ZONE_LABEL, NodeAddresses, Subnet, SubnetSpec
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -128,6 +129,8 @@ class NodeState:
     used_mem: int = 0
     pod_block: int = 0  # this node's /24 of 127.0.0.0/8 is 127.<pod_block // 256>.<% 256>.0
     _next_host: int = 2
+    # The VPC CNI's addresses from this node's subnet (``subnets.py``); None: not modelled.
+    addresses: NodeAddresses | None = None
     _ips: dict[str, str] = field(default_factory=dict)  # pod uid -> the address it holds
     # Spread counts per (namespace, selector), kept current on add/remove: O(1) per pick.
     _counts: dict[tuple[str, tuple[Requirement, ...]], int] = field(default_factory=dict)
@@ -138,7 +141,8 @@ class NodeState:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {HOSTNAME: self.spec.name, **self.spec.labels}
+        zone = {} if self.addresses is None else {ZONE_LABEL: self.addresses.subnet.spec.zone}
+        return {HOSTNAME: self.spec.name, **zone, **self.spec.labels}
 
     @property
     def ip(self) -> str:
@@ -157,6 +161,8 @@ class NodeState:
 
     def remove_pod(self, uid: str) -> None:
         self._ips.pop(uid, None)
+        if self.addresses is not None:
+            self.addresses.release(uid)
         entry = self.pods.pop(uid, None)
         if entry is None:
             return
@@ -224,6 +230,8 @@ class NodeState:
             "images": sorted(self.images),
             "address_failures": self.address_failures,
             "ready": "Unknown" if self.unreachable else "True",
+            "labels": self.labels,
+            **({} if self.addresses is None else self.addresses.summary()),
         }
 
 
@@ -242,6 +250,17 @@ def make_nodes(nodes: int | list[NodeSpec], *, pod_range: int = 1) -> list[NodeS
         )
         for i, spec in enumerate(specs)
     ]
+
+
+def attach_subnets(
+    nodes: list[NodeState], specs: list[SubnetSpec], *, warm_ip_target: int
+) -> list[Subnet]:
+    """Node i joins subnet ``i % len(specs)`` (the VPC CNI then holds its addresses there)."""
+    subnets = [Subnet(spec) for spec in specs]
+    for i, node in enumerate(nodes):
+        node.addresses = NodeAddresses(subnets[i % len(subnets)], warm_ip_target)
+        node.addresses.attach()
+    return subnets
 
 
 class Scheduler:

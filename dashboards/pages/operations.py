@@ -1,5 +1,5 @@
-"""The operations page at ``/operations/``: address failures, warm-pool use, incident
-GPU-hours.
+"""The operations page at ``/operations/``: address failures, free pod addresses per
+subnet (and where the address floor stopped creates), warm-pool use, incident GPU-hours.
 
 A second live page beside the overview (``pages.overview``), built by the same machinery
 (``pages.charts``) under the same access rule (``dashboards.access``): data at
@@ -10,15 +10,18 @@ kinds that change it (the page script refetches only those charts).
 from __future__ import annotations
 
 from dashboards.access import operator_data, operator_page
+from dashboards.figures import addresses as address_figures
 from dashboards.figures import operations as figures
 from dashboards.filters import ChartFilter
 from dashboards.pages.charts import Chart, ChartPage, ChartTable
+from dashboards.rows.addresses import SubnetFreeBucket
 from dashboards.rows.operations import (
     AddressFailureRow,
     IncidentClassHours,
     WarmKey,
     address_failure_table,
 )
+from dashboards.selectors import addresses as address_sel
 from dashboards.selectors import operations as sel
 
 DATA_URL = "/operations/data/"
@@ -29,6 +32,13 @@ def _address_failures(flt: ChartFilter) -> ChartTable:
     by_load = sel.address_failures_by_node_load(flt)
     figure = figures.address_failures_figure(per_minute, by_load, window=flt.window)
     return figure, AddressFailureRow.TABLE, address_failure_table(per_minute, by_load)
+
+
+def _free_addresses(flt: ChartFilter) -> ChartTable:
+    buckets = address_sel.subnet_free_per_bucket(flt)
+    changes = address_sel.floor_changes(flt)
+    figure = address_figures.free_addresses_figure(buckets, changes, window=flt.window)
+    return figure, SubnetFreeBucket.TABLE, buckets
 
 
 def _warm_use(flt: ChartFilter) -> ChartTable:
@@ -49,6 +59,14 @@ CHARTS: dict[str, Chart] = {
         "on the same node in the same bucket.",
         _address_failures,
         refresh_on=("sandbox.state", "sandbox"),
+    ),
+    "free_addresses": Chart(
+        "Free pod addresses per subnet",
+        "Lowest reading per bucket of each subnet's free addresses (AvailableIpAddressCount); "
+        "dashed: the floor under which the pool stops creating (SANDMAN_ADDRESS_FLOOR); "
+        "markers: where creates stopped (x) and resumed (o).",
+        _free_addresses,
+        refresh_on=("address.floor",),
     ),
     "warm_use": Chart(
         "Warm-hit rate and idle warm pod-hours",

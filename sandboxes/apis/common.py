@@ -16,6 +16,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.views import APIView
 
+from sandboxes.addresses import AddressFloorReached
 from sandboxes.controller import Controller, PrewarmKey, get_controller
 from sandboxes.quantities import (
     QuantityError,
@@ -46,6 +47,7 @@ CONTROLLER_ERRORS: tuple[type[SandmanError], ...] = (
     ProviderError,
     ControllerUnavailable,
     SandboxNotReady,
+    AddressFloorReached,
 )
 
 

@@ -79,6 +79,22 @@ class ReuseSerializer(StrictSerializer):
     allow_tag_images = serializers.BooleanField(required=False)
 
 
+class PlacementSerializer(StrictSerializer):
+    node_pool = StrictCharField(
+        max_length=63,
+        required=False,
+        allow_blank=True,
+        help_text="value of the service's node-pool label (SANDMAN_K8S_NODE_POOL_LABEL); "
+        "empty: the default pool",
+    )
+    node_selector = serializers.DictField(
+        child=StrictCharField(max_length=63, allow_blank=True),
+        required=False,
+        help_text="other node labels; an instance-type label is refused "
+        "(instance_type_selector, paper Table A14)",
+    )
+
+
 class JobOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
@@ -92,6 +108,7 @@ class JobOutputSerializer(serializers.Serializer):
     readiness_budget_s = serializers.FloatField()
     max_lifetime_s = serializers.FloatField()
     reuse = serializers.SerializerMethodField()
+    placement = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
     drained_at = serializers.DateTimeField(allow_null=True)
     counts = serializers.SerializerMethodField()
@@ -116,6 +133,9 @@ class JobOutputSerializer(serializers.Serializer):
             "max_uses": job.reuse_max_uses,
             "allow_tag_images": job.reuse_allow_tags,
         }
+
+    def get_placement(self, job: Job) -> dict[str, Any]:
+        return {"node_pool": job.node_pool, "node_selector": dict(job.node_selector or {})}
 
     def get_counts(self, job: Job) -> dict[str, int]:
         counts = self.context.get("counts", {}).get(job.pk)
@@ -142,6 +162,7 @@ class JobCreateApi(JsonApiView):
         )
         max_lifetime_s = serializers.FloatField(min_value=1, max_value=7 * 86_400, required=False)
         reuse = ReuseSerializer(required=False)
+        placement = PlacementSerializer(required=False)
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             pod = attrs.get("trainer_pod") or {}
@@ -149,6 +170,7 @@ class JobCreateApi(JsonApiView):
             caps = attrs.get("caps") or {}
             warm = attrs.get("warm") or {}
             reuse = attrs.get("reuse") or {}
+            place = attrs.get("placement") or {}
             out = {
                 "name": attrs["name"],
                 "trainer_pod_name": pod.get("name", ""),
@@ -167,6 +189,8 @@ class JobCreateApi(JsonApiView):
                 "reuse_enabled": reuse.get("enabled", _default("reuse_enabled")),
                 "reuse_max_uses": reuse.get("max_uses", _default("reuse_max_uses")),
                 "reuse_allow_tags": reuse.get("allow_tag_images", _default("reuse_allow_tags")),
+                "node_pool": place.get("node_pool", ""),
+                "node_selector": dict(place.get("node_selector") or {}),
             }
             return out
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sandboxes import events
+from sandboxes.addresses import AddressFloorReached
 from sandboxes.controller import queries
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.creates import CreateRunner
@@ -97,6 +98,7 @@ class AcquireRequest:
 _OUTCOMES: list[tuple[type[BaseException], str]] = [
     (AcquireTimeout, AcquisitionOutcome.TIMEOUT),
     (PoolCapReached, AcquisitionOutcome.CAP),
+    (AddressFloorReached, AcquisitionOutcome.ADDRESS_FLOOR),
     (asyncio.CancelledError, AcquisitionOutcome.CANCELLED),
     (ControllerUnavailable, AcquisitionOutcome.CANCELLED),
 ]
@@ -220,6 +222,7 @@ class Acquirer:
             if result is not None:
                 self._creates.fill(rt)
                 return result, True
+        self._state.addresses.check()  # under the address floor: refused before any row
         admission = rt.pool.admit(key, purpose=Purpose.ACQUIRE, role=req.role)
         if admission.ticket is None:
             raise PoolCapReached(

@@ -29,7 +29,9 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 
+from sandboxes.addresses import AddressFloor, SubnetSource
 from sandboxes.controller.acquire import AcquireRequest
+from sandboxes.controller.addresswatch import AddressWatch
 from sandboxes.controller.dbexec import DbExecutor
 from sandboxes.controller.hooks import ControllerHooks
 from sandboxes.controller.parts import Parts, Tuning
@@ -65,6 +67,9 @@ class Controller:
         execd_timeout_s: float = 120.0,
         yield_to_acquires_s: float = 0.5,
         write_batch_max: int = 500,
+        address_source: SubnetSource | None = None,
+        address_floor: int | None = None,
+        address_poll_s: float | None = None,
     ) -> None:
         self._provider = provider
         self._provider_factory = provider_factory or get_provider
@@ -87,6 +92,13 @@ class Controller:
             yield_to_acquires_s=yield_to_acquires_s,
             write_batch_max=write_batch_max,
         )
+        # Free pod addresses per subnet and the floor under which creates stop (addresses.py).
+        self.address_source = address_source
+        self.address_floor = (
+            settings.SANDMAN_ADDRESS_FLOOR if address_floor is None else address_floor
+        )
+        self.address_poll_s = address_poll_s or settings.SANDMAN_ADDRESS_POLL_S
+        self.address_watch: AddressWatch | None = None
         self.started = False
         self._stopping = False
         self._lock = threading.Lock()
@@ -159,6 +171,7 @@ class Controller:
                 clock=self._clock,
                 now=self._now,
                 sleep=self._sleep,
+                addresses=AddressFloor(self.address_floor),
             )
             self._parts = parts = Parts.build(state, self.hooks, self.tuning)
             self._stopping = False
@@ -178,6 +191,10 @@ class Controller:
             parts.state.reconciled = True
         except Exception:
             log.exception("reconcile at start failed; the maintenance loop retries it")
+        if self.address_source is not None:
+            self.address_watch = watch = AddressWatch(parts.state, parts.tasks, self.address_source)
+            await watch.poll()  # the gate knows the subnets before the first create
+            parts.tasks.every(self.address_poll_s, watch.poll)
         if self.maintenance_interval_s:
             parts.tasks.every(self.maintenance_interval_s, parts.maintenance.run)
         if self.sweep_interval_s:
@@ -281,6 +298,20 @@ class Controller:
         if not self.started:
             return {"started": False, "cluster_queue": 0, "jobs": {}}
         return self._call(lambda p: p.stats(), timeout=10)
+
+    def address_gate(self) -> dict[str, Any] | None:
+        """The address gate's last reading (floor, closed, subnets), or None when no
+        subnet source is configured or the controller is not started (/metrics)."""
+        if not self.started or self._parts is None or self.address_source is None:
+            return None
+        return self._parts.state.addresses.snapshot()
+
+    def poll_addresses(self) -> bool:
+        """Read the subnets now (tests, commands); False if no source or the read failed."""
+        watch = self.address_watch
+        if watch is None:
+            return False
+        return self._call(lambda p: watch.poll())
 
     def pacer_queue_length(self) -> int:
         """Creates waiting for a pacer token, all jobs (cluster queue included)."""

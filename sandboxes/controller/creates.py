@@ -78,6 +78,8 @@ class CreateRunner:
     def fill(self, rt: JobRuntime) -> int:
         """Start warm builds up to each key's target (prewarm count or warm_per_key)."""
         started = 0
+        if self._state.addresses.closed:  # under the address floor: no warm builds
+            return 0
         for key in rt.pool.fill_plan():
             role = rt.key_roles.get(key, Role.ROLLOUT)
             admission = rt.pool.admit(key, purpose=Purpose.WARM, role=role)
@@ -140,7 +142,8 @@ class CreateRunner:
         )
         row = await batch.request(request, urgent=urgent)
         progress.sandbox_id = ticket.sandbox_id = row.pk
-        await rt.pacer.acquire()
+        # A closing address gate fails the creates waiting here (addresses.py).
+        await state.addresses.while_open(rt.pacer.acquire())
         async with rt.slots:
             queue_ms = (state.clock() - t_admit) * 1000.0
             if rt.pool.draining:
@@ -312,4 +315,6 @@ def _spec(
         key_hash=key.hash,
         owner=owner,
         execd_key=info.execd_key,
+        node_pool=info.node_pool,
+        node_selector=info.node_selector,
     )

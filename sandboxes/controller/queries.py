@@ -37,6 +37,8 @@ class JobInfo:
     trainer_pod_uid: str
     execd_key: str = field(default="", repr=False)  # a secret: never printed
     reuse_allow_tags: bool = False
+    node_pool: str = ""
+    node_selector: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ def _job_info(job: Job) -> JobInfo:
         trainer_pod_uid=job.trainer_pod_uid,
         execd_key=job.execd_key,
         reuse_allow_tags=job.reuse_allow_tags,
+        node_pool=job.node_pool,
+        node_selector=tuple(sorted((job.node_selector or {}).items())),
     )
 
 

@@ -17,6 +17,7 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from sandboxes.addresses import AddressFloor
 from sandboxes.controller.dbexec import DbExecutor
 from sandboxes.controller.runtime import JobRuntime
 from sandboxes.pacing import TokenBucket
@@ -41,6 +42,8 @@ class ControllerState:
     stopping: bool = False
     # The database and the backend agreed once (reconcile.py); maintenance retries until so.
     reconciled: bool = False
+    # The address gate (sandboxes.addresses): closed, no create is admitted or sent.
+    addresses: AddressFloor = field(default_factory=AddressFloor)
 
     @property
     def backend(self) -> str:

@@ -56,6 +56,10 @@ class SandboxSpec:
     # The job's execd key (``token`` is HMAC-SHA256(key, name)); a Kubernetes pod derives
     # its token from it. Never printed (repr=False), never in a pod object.
     execd_key: str = field(default="", repr=False)
+    # Placement (sandboxes.placement, checked at job create): the job's node pool (empty:
+    # the backend's default) and other node labels. Backends without nodes ignore both.
+    node_pool: str = ""
+    node_selector: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
+from sandboxes import placement
 from sandboxes.models import Job
 from sandboxes.services._publish import publish_on_commit
 from sandboxes.states import Egress, JobState, SandboxState
@@ -88,6 +89,8 @@ def job_create(
     reuse_enabled: bool = False,
     reuse_max_uses: int = 8,
     reuse_allow_tags: bool = False,
+    node_pool: str = "",
+    node_selector: dict[str, str] | None = None,
     now: dt.datetime,
 ) -> Job:
     """Register a job after validating every field (nothing is written on bad input)."""
@@ -106,6 +109,9 @@ def job_create(
     )
     _require(len(trainer_pod_name) <= 253, "trainer_pod.name is longer than 253 characters")
     _require(len(trainer_pod_uid) <= 64, "trainer_pod.uid is longer than 64 characters")
+    selector = placement.check_selector(node_selector or {}, where="placement.node_selector")
+    if node_pool:
+        placement.check_label("pool", node_pool, where="placement.node_pool")
     with transaction.atomic():
         job = Job.objects.create(
             owner=owner,
@@ -124,6 +130,8 @@ def job_create(
             reuse_enabled=bool(reuse_enabled),
             reuse_max_uses=reuse_max_uses,
             reuse_allow_tags=bool(reuse_allow_tags),
+            node_pool=node_pool,
+            node_selector=selector,
             created_at=now,
         )
         publish_on_commit("job.state", {"job_id": job.pk, "state": job.state, "at": now})

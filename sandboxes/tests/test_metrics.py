@@ -58,6 +58,9 @@ def test_metrics_is_plain_text_version_0_0_4_and_parses_line_by_line(client):
         "sandman_acquisitions_total": "counter",
         "sandman_sandboxes": "gauge",
         "sandman_pacer_queue_length": "gauge",
+        "sandman_subnet_free_addresses": "gauge",
+        "sandman_address_floor": "gauge",
+        "sandman_address_floor_reached": "gauge",
     }
     assert samples[("sandman_creates_total", frozenset())] == 0
     assert samples[("sandman_pacer_queue_length", frozenset())] == 0
@@ -120,4 +123,6 @@ def test_a_scrape_costs_the_same_few_aggregate_queries_however_many_rows(client)
         seed_sandbox(job, ready_after_s=0.1 * (i + 1), hand_out=i % 2 == 0)
     with CaptureQueriesContext(connection) as seeded:
         assert client.get("/metrics").status_code == 200
-    assert len(seeded.captured_queries) == len(empty.captured_queries) == 4
+    # One aggregate per family read from the database (creates, histogram, acquisitions,
+    # states, latest subnet readings, the floor's last change).
+    assert len(seeded.captured_queries) == len(empty.captured_queries) == 6

@@ -178,12 +178,23 @@ SANDMAN_K8S_WATCH_TIMEOUT_S = env_int("SANDMAN_K8S_WATCH_TIMEOUT_S", 300)
 SANDMAN_K8S_VERIFY_HEALTH = env_bool("SANDMAN_K8S_VERIFY_HEALTH", True)
 SANDMAN_K8S_WORKSPACE = env_str("SANDMAN_K8S_WORKSPACE", "/workspace")
 SANDMAN_K8S_DROP_ALL_CAPABILITIES = env_bool("SANDMAN_K8S_DROP_ALL_CAPABILITIES", False)
+# Placement: pods select nodes by a node-pool label (e.g. karpenter.sh/nodepool), never an
+# instance type (paper Table A14); SANDMAN_K8S_NODE_POOL is the pool of jobs naming none.
+SANDMAN_K8S_NODE_POOL_LABEL = env_str("SANDMAN_K8S_NODE_POOL_LABEL", "sandman.dev/node-pool")
+SANDMAN_K8S_NODE_POOL = env_str("SANDMAN_K8S_NODE_POOL", "")
 # The cluster's pod and service ranges, excluded (with 169.254.169.254/32) from the egress
 # of egress-allowed sandboxes: `manage.py render_networkpolicy` (comma-separated CIDRs).
 SANDMAN_K8S_POD_CIDRS = env_str("SANDMAN_K8S_POD_CIDRS", "10.244.0.0/16")
 SANDMAN_K8S_SERVICE_CIDRS = env_str("SANDMAN_K8S_SERVICE_CIDRS", "10.96.0.0/12")
 SANDMAN_IMAGES_DIR = Path(env_str("SANDMAN_IMAGES_DIR", str(VAR_DIR / "images")))
 SANDMAN_SANDBOX_ROOT = Path(env_str("SANDMAN_SANDBOX_ROOT", str(VAR_DIR / "sandboxes")))
+# Free pod addresses per subnet (sandboxes.addresses): a URL (http(s):// or file://) of an
+# EC2 DescribeSubnets document for the sandbox nodes' subnets (empty: no gauge), read every
+# SANDMAN_ADDRESS_POLL_S; under SANDMAN_ADDRESS_FLOOR free addresses in any of them the
+# pool creates nothing and acquires answer address_floor (0: no floor).
+SANDMAN_SUBNETS_URL = env_str("SANDMAN_SUBNETS_URL", "")
+SANDMAN_ADDRESS_FLOOR = env_int("SANDMAN_ADDRESS_FLOOR", 0)
+SANDMAN_ADDRESS_POLL_S = env_float("SANDMAN_ADDRESS_POLL_S", 10.0)
 SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)
 SANDMAN_CLUSTER_CREATE_BURST = env_int("SANDMAN_CLUSTER_CREATE_BURST", 100)
 # Start the controller (pool, reconciliation, sweeps) inside this process.

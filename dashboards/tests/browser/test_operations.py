@@ -1,7 +1,7 @@
 """The operations page in headless Chromium against the real ASGI app (Daphne, in-process).
 
 Uses the session's one Daphne (``live_url``) and the per-test ``browser_page`` from this
-package's ``conftest``. An operator logs in, ``/operations/`` draws its three charts with
+package's ``conftest``. An operator logs in, ``/operations/`` draws its four charts with
 the locally served Plotly and no console errors. Then, while the page is open, the paper's
 incidents are recorded and an ``incident_opened`` event is published, as
 ``incidents.services`` does after its commit: the GPU-hours chart must refetch and gain
@@ -23,7 +23,9 @@ from django.utils import timezone
 
 from dashboards.pages.operations import CHARTS
 from dashboards.tests.factories import make_job, sandbox
+from sandboxes.addresses import AddressFloor, SubnetFree
 from sandboxes.models import Sandbox
+from sandboxes.services.addresses import subnet_samples_record
 from sandman_site import live
 
 pytestmark = pytest.mark.browser
@@ -61,7 +63,19 @@ def _record_incidents() -> None:
         connections.close_all()  # this worker thread's connection, before the DB is dropped
 
 
-def test_operations_page_draws_three_charts_and_refreshes_on_a_pushed_incident(
+def _floor_reached() -> None:
+    """The address watch's write when a subnet falls under the floor (it publishes
+    ``address.floor`` after its commit, as the controller's watch does)."""
+    try:
+        gate = AddressFloor(floor=20)
+        reading = [SubnetFree("subnet-a", "zone-a", 12)]
+        change = gate.observe(reading)
+        subnet_samples_record(subnets=reading, floor=20, change=change, now=timezone.now())
+    finally:
+        connections.close_all()
+
+
+def test_operations_page_draws_four_charts_and_refreshes_on_a_pushed_incident(
     seeded: None, browser_page: Any, live_url: str
 ) -> None:
     page = browser_page
@@ -74,12 +88,13 @@ def test_operations_page_draws_three_charts_and_refreshes_on_a_pushed_incident(
     page.wait_for_function(
         "document.body.dataset.drawn === 'yes' && document.body.dataset.ws === 'open'"
     )
-    assert page.locator(".js-plotly-plot").count() == len(CHARTS) == 3
+    assert page.locator(".js-plotly-plot").count() == len(CHARTS) == 4
     for name in CHARTS:
         assert page.locator(f"#chart-{name} .main-svg").count() > 0
     assert page.evaluate(_bars("address_failures")) >= 1
     assert page.evaluate(_bars("warm_use")) == 1  # campaign-ops, one key
     assert page.evaluate(_bars("incident_hours")) == 0
+    assert page.evaluate(_bars("free_addresses", 2)) == 0  # no floor change yet
     page.evaluate("window.__sameDocument = true")
 
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -91,6 +106,15 @@ def test_operations_page_draws_three_charts_and_refreshes_on_a_pushed_incident(
     refreshes = page.evaluate("window.sandmanDashboard.refreshes")
     assert refreshes["incident_hours"]["lastReason"] == "event:incident_opened"
     assert page.locator("#table-incident_hours tbody tr").count() == 6
+
+    # The address floor is reached: its event reaches the open page and the free-address
+    # chart gains the "creates stopped" marker, without a reload.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(_floor_reached).result(timeout=60)
+    page.wait_for_function(f"{_bars('free_addresses', 2)} === 1")
+    refreshes = page.evaluate("window.sandmanDashboard.refreshes")
+    assert refreshes["free_addresses"]["lastReason"] == "event:address.floor"
+    assert page.evaluate("window.__sameDocument") is True
 
     page.screenshot(path=SCREENSHOT, full_page=True)
     assert page.errors == []  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from dashboards.pages.operations import CHARTS
 from dashboards.tests.factories import acquisition, make_job, make_staff, sandbox
-from sandboxes.models import Acquisition, Sandbox
+from sandboxes.models import Acquisition, AddressFloorChange, Sandbox, SubnetSample
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +62,7 @@ def test_the_page_asks_anonymous_visitors_to_log_in_as_staff() -> None:
     assert response["Location"].startswith("/admin/login/?next=/operations/")
 
 
-def test_the_page_shows_three_charts_with_csv_and_json_links_and_is_in_the_nav(
+def test_the_page_shows_four_charts_with_csv_and_json_links_and_is_in_the_nav(
     staff_client: Client,
 ) -> None:
     _seed(3)
@@ -70,7 +70,7 @@ def test_the_page_shows_three_charts_with_csv_and_json_links_and_is_in_the_nav(
     response = staff_client.get("/operations/")
     assert response.status_code == 200
     html = response.content.decode()
-    assert len(CHARTS) == 3
+    assert len(CHARTS) == 4
     for name in CHARTS:
         assert f'id="chart-{name}"' in html
         assert f'id="table-{name}"' in html
@@ -107,6 +107,37 @@ def test_warm_use_json_has_hit_rate_and_idle_hours_per_job_and_key(staff_client:
     # still warm since Ready 4 min 59 s ago.
     assert row[3:7] == [4, 5, 0.8, 4]
     assert row[7] == pytest.approx((2 * 59 + 2 * 299) / 3600, abs=0.002)
+
+
+def test_free_addresses_chart_has_the_lowest_reading_per_subnet_and_the_floor_changes(
+    staff_client: Client,
+) -> None:
+    """The address floor's event on the dashboard (sandboxes.addresses): where the pool
+    stopped creating, and each subnet's lowest free count per bucket."""
+    now = timezone.now()
+    at = now - dt.timedelta(minutes=3)
+    SubnetSample.objects.bulk_create(
+        [
+            SubnetSample(at=at, subnet_id="subnet-a", zone="zone-a", available=40, floor=20),
+            SubnetSample(at=at + dt.timedelta(seconds=5), subnet_id="subnet-a", zone="zone-a",
+                         available=12, floor=20),
+            SubnetSample(at=at, subnet_id="subnet-b", zone="zone-b", available=300, floor=20),
+        ]
+    )  # fmt: skip
+    AddressFloorChange.objects.create(
+        at=at + dt.timedelta(seconds=5), closed=True, subnet_id="subnet-a", available=12,
+        floor=20,
+    )  # fmt: skip
+    body = staff_client.get("/operations/data/free_addresses.json?minutes=60").json()
+    assert body["columns"] == ["bucket_start", "bucket_s", "subnet_id", "zone",
+                               "min_available", "floor"]  # fmt: skip
+    lows = {row[2]: row[4] for row in body["rows"]}
+    assert lows == {"subnet-a": 12, "subnet-b": 300}
+    traces = {t["name"]: t for t in body["figure"]["data"]}
+    assert set(traces) == {"subnet-a (zone-a)", "subnet-b (zone-b)", "floor",
+                           "creates stopped / resumed"}  # fmt: skip
+    (stopped,) = traces["creates stopped / resumed"]["text"]
+    assert stopped.startswith("stopped: subnet-a 12 free (floor 20)")
 
 
 def test_address_failure_csv_is_a_download_with_the_same_rows_as_the_json(

@@ -21,6 +21,8 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from sandboxes import labels as L
+from sandboxes import placement
+from sandman_site.errors import SandmanError
 
 SELECTOR = f"{L.MANAGED_BY}={L.VALUE_MANAGED_BY}"
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
@@ -64,6 +66,18 @@ class KubernetesConfig:
     retry_after_max_s: float = 30.0  # a 429's Retry-After is honoured up to this
     throttle_attempts: int = 8  # sends of one create / list page while answered 429
     quota_attempts: int = 6  # sends of one create while its quota is exceeded (403)
+    # Placement (sandboxes.placement): pods select nodes by this node label; ``node_pool``
+    # is the pool of jobs that name none (empty: no pool selector). Never an instance type.
+    node_pool_label: str = "sandman.dev/node-pool"
+    node_pool: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            placement.check_label(
+                self.node_pool_label, self.node_pool, where="SANDMAN_K8S_NODE_POOL_LABEL"
+            )
+        except SandmanError as exc:
+            raise ValueError(exc.message) from exc
 
 
 def config_from_settings(settings: Any) -> KubernetesConfig:
@@ -88,6 +102,8 @@ def config_from_settings(settings: Any) -> KubernetesConfig:
         drop_all_capabilities=bool(
             get("SANDMAN_K8S_DROP_ALL_CAPABILITIES", defaults.drop_all_capabilities)
         ),
+        node_pool_label=get("SANDMAN_K8S_NODE_POOL_LABEL", defaults.node_pool_label),
+        node_pool=get("SANDMAN_K8S_NODE_POOL", defaults.node_pool),
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from kubernetes import client
 
 from sandboxes import labels as L
+from sandboxes import placement
 from sandboxes.providers.base import SandboxSpec
 from sandboxes.providers.kubernetes.config import KubernetesConfig
 from sandboxes.providers.kubernetes.jobsecrets import SECRET_KEY, secret_name
@@ -211,8 +212,20 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
                 ),
             ],
             topology_spread_constraints=_spread(spec, config),
+            node_selector=_node_selector(spec, config),
         ),
     )
+
+
+def _node_selector(spec: SandboxSpec, config: KubernetesConfig) -> dict[str, str] | None:
+    """The job's node pool (or the default) by the pool label, never an instance type."""
+    selector = placement.node_selector(
+        pool_label=config.node_pool_label,
+        default_pool=config.node_pool,
+        job_pool=spec.node_pool,
+        job_selector=dict(spec.node_selector),
+    )
+    return selector or None
 
 
 def _spread(spec: SandboxSpec, config: KubernetesConfig) -> list[Any] | None:
