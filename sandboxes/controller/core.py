@@ -159,6 +159,7 @@ class Controller:
                 clock=self._clock,
                 now=self._now,
                 sleep=self._sleep,
+                since=self._now(),
             )
             self._parts = parts = Parts.build(state, self.hooks, self.tuning)
             self._stopping = False

@@ -41,6 +41,9 @@ class ControllerState:
     stopping: bool = False
     # The database and the backend agreed once (reconcile.py); maintenance retries until so.
     reconciled: bool = False
+    # When this controller started: acquisitions still ``pending`` from before it belong to
+    # a controller that is gone (reconcile.py ends them ``failed``, ``service_restarted``).
+    since: dt.datetime | None = None
 
     @property
     def backend(self) -> str:
