@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from django.db import InterfaceError, OperationalError
+
 from sandboxes import events
 from sandboxes.controller import queries
 from sandboxes.controller.batcher import WriteBatcher
@@ -51,6 +53,7 @@ from sandman_site.errors import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+FINISH_RETRIES = 40  # about three minutes of backoff
 
 
 @dataclass(frozen=True)
@@ -212,8 +215,31 @@ class Acquirer:
                 "wait_ms": result.wait_ms,
             }
             # Batched with the other acquires' rows written meanwhile (batcher.py).
-            await asyncio.shield(tasks.spawn(self._batcher.acquisition(finished, urgent=True)))
+            try:
+                await asyncio.shield(tasks.spawn(self._batcher.acquisition(finished, urgent=True)))
+            except (OperationalError, InterfaceError):
+                # The sandbox is handed out (committed): it is the caller's whatever happens
+                # to this second write, so the answer goes out and the row is finished later.
+                log.warning("acquisition row of sandbox %s: database lost", result.sandbox_id)
+                tasks.spawn(
+                    self._finish_later(lambda: self._batcher.acquisition(finished), record),
+                    name=f"finish-acquisition-{req.job_id}",
+                )
         return result
+
+    async def _finish_later(
+        self, write: Callable[[], Awaitable[None]], record: dict[str, Any]
+    ) -> None:
+        """Retry a finish until the database is back (or the controller stops)."""
+        delay = 0.1
+        for _ in range(FINISH_RETRIES):
+            await self._state.sleep(delay)
+            try:
+                await write()
+                return
+            except (OperationalError, InterfaceError):
+                delay = min(delay * 2, 5.0)
+        log.error("an acquisition of job %s is left pending", record["job_id"])
 
     async def _finish_failed(self, opened: asyncio.Task[int], finished: dict[str, Any]) -> None:
         """End the open row with the failure (inserted instead if it could not be opened)."""
@@ -222,7 +248,17 @@ class Acquirer:
         except Exception:
             log.warning("acquisition row of job %s not opened", finished["job_id"], exc_info=True)
             acquisition_id = None
-        await self._tasks.db(acquisition_record, **finished, acquisition_id=acquisition_id)
+
+        async def write() -> None:
+            await self._tasks.db(acquisition_record, **finished, acquisition_id=acquisition_id)
+
+        try:
+            await write()
+        except (OperationalError, InterfaceError):
+            if acquisition_id is None:
+                raise  # nothing on record to finish later
+            log.warning("acquisition %s: database lost, finished later", acquisition_id)
+            self._tasks.spawn(self._finish_later(write, finished), name="finish-acquisition")
 
     async def _in_pool(
         self,
@@ -238,9 +274,7 @@ class Acquirer:
         rt.pool.note_request(key)
         rt.key_roles.setdefault(key, req.role)
         while (pod := rt.pool.take_warm(key, req.role, never_used=req.never_used)) is not None:
-            result = await self._warm.try_hand_out(
-                rt, pod, req.role, t0, deadline, record, opened
-            )
+            result = await self._warm.try_hand_out(rt, pod, req.role, t0, deadline, record, opened)
             if result is not None:
                 self._creates.fill(rt)
                 return result, True

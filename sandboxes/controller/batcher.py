@@ -3,9 +3,10 @@
 Every create makes five writes (its row, ``creating``, the handle, ``ready``, the
 hand-out), its acquire two more (the acquisition opened, then finished), and its delete two
 (``deleting`` with its pending row, then the confirmation). One at a time each costs a
-lock, a save, an events insert and a commit on the database executor: under a 600-pod burst that was half of the
-controller's CPU (``bench/results/profile_before.txt``). The :class:`WriteBatcher` queues
-them instead and hands everything queued to ONE service call per batch.
+lock, a save, an events insert and a commit on the database executor: under a 600-pod
+burst that was half of the controller's CPU (``bench/results/profile_before.txt``). The
+:class:`WriteBatcher` queues them instead and hands everything queued to ONE service call
+per batch.
 
 Rules a reader must not break:
 * Batches form by themselves, with no timer: a lane (kind x priority) has at most ONE batch

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
@@ -162,6 +163,12 @@ def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisit
     return rows
 
 
+def _concrete(name: str) -> Field[Any, Any]:
+    field = Acquisition._meta.get_field(name)
+    assert isinstance(field, Field) and field.concrete, name
+    return field
+
+
 def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
     """Save each row's finished fields over its open ``pending`` row: ONE ``UPDATE``
     statement sent with ``executemany``. A row no longer ``pending`` is left as it is (its
@@ -170,18 +177,14 @@ def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
         return
     meta = Acquisition._meta
     qn = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in _FINISH_FIELDS]
-    columns = [f.column for f in fields]  # type: ignore[union-attr]
-    assignments = ", ".join(f"{qn(c)} = %s" for c in columns)
+    fields = [_concrete(name) for name in _FINISH_FIELDS]
+    assignments = ", ".join(f"{qn(f.column)} = %s" for f in fields)
     sql = (
         f"UPDATE {qn(meta.db_table)} SET {assignments} "
         f"WHERE {qn(meta.pk.column)} = %s AND {qn('outcome')} = %s"
     )
     params = [
-        [
-            f.get_db_prep_save(getattr(row, f.attname), connection)  # type: ignore[union-attr]
-            for f in fields
-        ]
+        [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
         + [row.pk, AcquisitionOutcome.PENDING.value]
         for row in rows
     ]
@@ -194,9 +197,8 @@ def acquisitions_close_unanswered(
 ) -> list[int]:
     """End every ``pending`` acquisition opened before ``started_before`` (by a controller
     that is gone) as ``failed`` with the reason ``service_restarted``; their ids."""
-    detail = (
-        f"{SERVICE_RESTARTED}: the service stopped before this acquire was answered"
-        + (f" ({backend} backend)" if backend else "")
+    detail = f"{SERVICE_RESTARTED}: the service stopped before this acquire was answered" + (
+        f" ({backend} backend)" if backend else ""
     )
     with transaction.atomic():
         open_rows = list(
