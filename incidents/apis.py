@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -89,11 +90,16 @@ class IncidentCollectionApi(APIView):
     def post(self, request: Request) -> Response:
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        incident = services.incident_create(
-            data=body.validated_data, recorded_by=request.user, now=timezone.now()
-        )
-        out = records.IncidentRecordSerializer(selectors.incident_get(incident_id=incident.pk))
-        return Response(out.data, status=status.HTTP_201_CREATED)
+        # The answer is read inside the write's transaction: a database lost after its
+        # COMMIT must not answer 503 ("nothing was changed") for a stored incident.
+        with transaction.atomic():
+            incident = services.incident_create(
+                data=body.validated_data, recorded_by=request.user, now=timezone.now()
+            )
+            out = records.IncidentRecordSerializer(
+                selectors.incident_get(incident_id=incident.pk)
+            ).data
+        return Response(out, status=status.HTTP_201_CREATED)
 
 
 def _get(incident_id: int) -> Incident:
@@ -122,10 +128,12 @@ class IncidentDetailApi(APIView):
         _get(incident_id)
         body = self.PatchSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
-        services.incident_update(
-            incident_id=incident_id, data=body.validated_data, now=timezone.now()
-        )
-        return Response(records.IncidentRecordSerializer(_get(incident_id)).data)
+        with transaction.atomic():  # the answer read before the COMMIT, as for a create
+            services.incident_update(
+                incident_id=incident_id, data=body.validated_data, now=timezone.now()
+            )
+            out = records.IncidentRecordSerializer(_get(incident_id)).data
+        return Response(out)
 
 
 class _GpuHoursSerializer(serializers.Serializer):

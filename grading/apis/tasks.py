@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -257,14 +258,17 @@ class TaskSetCreateApi(JsonApiView):
     def post(self, request: Request) -> Response:
         data = TaskSetCreateApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        group = services.task_set_create(
-            created_by=request.user,
-            now=timezone.now(),
-            name=data.validated_data["name"],
-            description=data.validated_data["description"],
-            instance_ids=data.validated_data["tasks"],
-        )
-        out = TaskSetCreateApi.OutputSerializer(group).data
+        # The answer is read inside the write's transaction: a database lost after its
+        # COMMIT must not answer 503 ("nothing was changed") for a stored task set.
+        with transaction.atomic():
+            group = services.task_set_create(
+                created_by=request.user,
+                now=timezone.now(),
+                name=data.validated_data["name"],
+                description=data.validated_data["description"],
+                instance_ids=data.validated_data["tasks"],
+            )
+            out = TaskSetCreateApi.OutputSerializer(group).data
         return Response(out, status=status.HTTP_201_CREATED)
 
 
