@@ -191,7 +191,11 @@ class TaskListApi(JsonApiView):
     @extend_schema(
         operation_id="task_list",
         parameters=[
-            OpenApiParameter("task_set", str, description="only this task set's tasks (by name)"),
+            OpenApiParameter(
+                "task_set",
+                {"type": "string", "maxLength": 200},
+                description="only this task set's tasks (by name)",
+            ),
             OpenApiParameter("state", str, enum=TaskState.values),
         ],
         responses={200: TaskOutputSerializer(many=True)},

@@ -141,6 +141,7 @@ class ReleaseOutcomeSerializer(StrictSerializer):
     verdict = serializers.ChoiceField(choices=_VERDICTS)
     patch_sha256 = serializers.RegexField(
         r"^[0-9a-f]{64}$",
+        max_length=64,
         required=False,
         allow_null=True,
         error_messages={"invalid": "Must be 64 lowercase hex digits."},
