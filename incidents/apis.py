@@ -25,7 +25,8 @@ from incidents import records, rules, selectors, services
 from incidents.exports import export_document
 from incidents.models import Incident
 from incidents.states import EvidenceKind, GpuHourBasis, IncidentStatus, Stage
-from sandman_site.errors import NotFound
+from sandman_site.errors import InvalidTransition, NotFound
+from sandman_site.openapi import error_responses
 from sandman_site.pagination import Page
 from sandman_site.parsers import I64_MAX
 
@@ -123,7 +124,10 @@ class IncidentDetailApi(APIView):
     def get(self, request: Request, incident_id: int) -> Response:
         return Response(records.IncidentRecordSerializer(_get(incident_id)).data)
 
-    @extend_schema(request=PatchSerializer, responses=records.IncidentRecordSerializer)
+    @extend_schema(
+        request=PatchSerializer,
+        responses={200: records.IncidentRecordSerializer, **error_responses(InvalidTransition)},
+    )
     def patch(self, request: Request, incident_id: int) -> Response:
         _get(incident_id)
         body = self.PatchSerializer(data=request.data, partial=True)

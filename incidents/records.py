@@ -98,11 +98,12 @@ class IncidentRecordSerializer(serializers.ModelSerializer):
     root_cause = serializers.SerializerMethodField()
     root_cause_class = serializers.CharField(source="cause_class_label", read_only=True)
     outside_sandbox_path = serializers.BooleanField(read_only=True)
+    # null until the case is accounted (both bounds and their basis, or none of them)
     gpu_hours_low = serializers.DecimalField(
-        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True
+        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True, allow_null=True
     )
     gpu_hours_high = serializers.DecimalField(
-        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True
+        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True, allow_null=True
     )
     gpu_hours_basis = serializers.SerializerMethodField()
     jobs = serializers.SerializerMethodField()

@@ -163,7 +163,9 @@ class TaskCreateApi(JsonApiView):
     OutputSerializer = TaskOutputSerializer
 
     @extend_schema(
-        operation_id="task_create", request=InputSerializer, responses={201: TaskOutputSerializer}
+        operation_id="task_create",
+        request=InputSerializer,
+        responses={201: TaskOutputSerializer, **error_responses(409)},
     )
     def post(self, request: Request) -> Response:
         data = TaskCreateApi.InputSerializer(data=request.data)
@@ -257,7 +259,7 @@ class TaskSetCreateApi(JsonApiView):
     @extend_schema(
         operation_id="task_set_create",
         request=InputSerializer,
-        responses={201: TaskSetOutputSerializer, **error_responses(404)},
+        responses={201: TaskSetOutputSerializer, **error_responses(404, 409)},
     )
     def post(self, request: Request) -> Response:
         data = TaskSetCreateApi.InputSerializer(data=request.data)

@@ -61,8 +61,23 @@ def test_every_operation_declares_its_error_answers_with_the_error_body() -> Non
 
 
 def test_a_view_declares_what_its_logic_raises_beyond_its_configuration() -> None:
-    op = _schema()["paths"]["/api/v1/task-sets/"]["post"]
+    paths = _schema()["paths"]
+    op = paths["/api/v1/task-sets/"]["post"]
     assert _error_schema(op, "404") == ERROR_REF  # an unknown task in the body
+    # 409s a caller's own objects reach (a fuzzer with a staff token met the first two)
+    for path, method in [
+        ("/api/v1/jobs/{job_id}/", "delete"),  # job_not_drained
+        ("/api/v1/sandboxes/{sandbox_id}/renew/", "post"),  # not in use
+        ("/api/v1/incidents/{incident_id}/", "patch"),  # a status move not listed
+        ("/api/v1/tasks/", "post"),  # task_exists
+        ("/api/v1/task-sets/", "post"),
+        ("/api/v1/gradings/", "post"),  # not_certified, job not active
+        ("/api/v1/task-sets/{task_set_id}/preflight/", "post"),
+        ("/api/v1/sandboxes/{sandbox_id}/capture/", "post"),
+    ]:
+        assert _error_schema(paths[path][method], "409") == ERROR_REF, (method, path)
+    assert _error_schema(paths["/api/v1/gradings/"]["post"], "404") == ERROR_REF
+    assert _error_schema(paths["/api/v1/sandboxes/{sandbox_id}/capture/"]["post"], "502")
 
 
 def test_paginated_lists_are_declared_as_the_page_envelope_with_bounded_parameters() -> None:
