@@ -8,7 +8,8 @@ would not fit this shared machine beside the rest; readiness then skips the heal
 and the CI configuration in the same run as the baseline. Each variant runs the test
 under ``scripts/with_postgres.py`` (a real PostgreSQL), and the test itself asserts the
 outcome (no ownerless pod, every row matching the store, every in-flight create's row
-ended ``deleted``, no pending delete left) and writes what it measured.
+ended ``deleted``, no pending delete left, every acquisition in flight at the kill ended
+``failed`` with the reason ``service_restarted``) and writes what it measured.
 
 Results: ``bench/results/chaos_burst.json`` (both variants, the machine, the load
 average before and after each). Usage: ``python bench/chaos_burst.py [--burst 500]``.

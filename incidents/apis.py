@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -24,7 +25,8 @@ from incidents import records, rules, selectors, services
 from incidents.exports import export_document
 from incidents.models import Incident
 from incidents.states import EvidenceKind, GpuHourBasis, IncidentStatus, Stage
-from sandman_site.errors import NotFound
+from sandman_site.errors import InvalidTransition, NotFound
+from sandman_site.openapi import error_responses
 from sandman_site.pagination import Page
 from sandman_site.parsers import I64_MAX
 
@@ -89,11 +91,16 @@ class IncidentCollectionApi(APIView):
     def post(self, request: Request) -> Response:
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        incident = services.incident_create(
-            data=body.validated_data, recorded_by=request.user, now=timezone.now()
-        )
-        out = records.IncidentRecordSerializer(selectors.incident_get(incident_id=incident.pk))
-        return Response(out.data, status=status.HTTP_201_CREATED)
+        # The answer is read inside the write's transaction: a database lost after its
+        # COMMIT must not answer 503 ("nothing was changed") for a stored incident.
+        with transaction.atomic():
+            incident = services.incident_create(
+                data=body.validated_data, recorded_by=request.user, now=timezone.now()
+            )
+            out = records.IncidentRecordSerializer(
+                selectors.incident_get(incident_id=incident.pk)
+            ).data
+        return Response(out, status=status.HTTP_201_CREATED)
 
 
 def _get(incident_id: int) -> Incident:
@@ -117,15 +124,20 @@ class IncidentDetailApi(APIView):
     def get(self, request: Request, incident_id: int) -> Response:
         return Response(records.IncidentRecordSerializer(_get(incident_id)).data)
 
-    @extend_schema(request=PatchSerializer, responses=records.IncidentRecordSerializer)
+    @extend_schema(
+        request=PatchSerializer,
+        responses={200: records.IncidentRecordSerializer, **error_responses(InvalidTransition)},
+    )
     def patch(self, request: Request, incident_id: int) -> Response:
         _get(incident_id)
         body = self.PatchSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
-        services.incident_update(
-            incident_id=incident_id, data=body.validated_data, now=timezone.now()
-        )
-        return Response(records.IncidentRecordSerializer(_get(incident_id)).data)
+        with transaction.atomic():  # the answer read before the COMMIT, as for a create
+            services.incident_update(
+                incident_id=incident_id, data=body.validated_data, now=timezone.now()
+            )
+            out = records.IncidentRecordSerializer(_get(incident_id)).data
+        return Response(out)
 
 
 class _GpuHoursSerializer(serializers.Serializer):

@@ -42,6 +42,10 @@ def _gpu_hours() -> serializers.DecimalField:
     )
 
 
+# Free text of a record: the paper's longest case is a few hundred characters.
+MAX_TEXT_CHARS = 20_000
+
+
 class IncidentFieldsSerializer(serializers.Serializer):
     """The fields an operator writes (create, patch, import)."""
 
@@ -49,17 +53,19 @@ class IncidentFieldsSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField()
     ended_at = serializers.DateTimeField(allow_null=True, required=False)
     stage = serializers.ChoiceField(choices=Stage.choices)
-    what_happened = serializers.CharField()
-    how_found = serializers.CharField(allow_blank=True, required=False)
-    cause = serializers.CharField(allow_blank=True, required=False)
+    what_happened = serializers.CharField(max_length=MAX_TEXT_CHARS)
+    how_found = serializers.CharField(max_length=MAX_TEXT_CHARS, allow_blank=True, required=False)
+    cause = serializers.CharField(max_length=MAX_TEXT_CHARS, allow_blank=True, required=False)
     root_cause = serializers.ListField(
         child=serializers.ChoiceField(choices=CausePart.choices), required=False, max_length=3
     )
-    trigger = serializers.CharField(allow_blank=True, required=False)
-    fix = serializers.CharField(allow_blank=True, required=False)
-    how_verified = serializers.CharField(allow_blank=True, required=False)
+    trigger = serializers.CharField(max_length=MAX_TEXT_CHARS, allow_blank=True, required=False)
+    fix = serializers.CharField(max_length=MAX_TEXT_CHARS, allow_blank=True, required=False)
+    how_verified = serializers.CharField(
+        max_length=MAX_TEXT_CHARS, allow_blank=True, required=False
+    )
     evidence_kind = serializers.ChoiceField(choices=EvidenceKind.choices)
-    effect = serializers.CharField(allow_blank=True, required=False)
+    effect = serializers.CharField(max_length=MAX_TEXT_CHARS, allow_blank=True, required=False)
     gpu_hours_low = _gpu_hours()
     gpu_hours_high = _gpu_hours()
     gpu_hours_basis = serializers.ChoiceField(
@@ -92,11 +98,12 @@ class IncidentRecordSerializer(serializers.ModelSerializer):
     root_cause = serializers.SerializerMethodField()
     root_cause_class = serializers.CharField(source="cause_class_label", read_only=True)
     outside_sandbox_path = serializers.BooleanField(read_only=True)
+    # null until the case is accounted (both bounds and their basis, or none of them)
     gpu_hours_low = serializers.DecimalField(
-        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True
+        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True, allow_null=True
     )
     gpu_hours_high = serializers.DecimalField(
-        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True
+        max_digits=10, decimal_places=1, coerce_to_string=False, read_only=True, allow_null=True
     )
     gpu_hours_basis = serializers.SerializerMethodField()
     jobs = serializers.SerializerMethodField()

@@ -37,7 +37,7 @@ from sandboxes.models import (
     SandboxEvent,
     SubnetSample,
 )
-from sandboxes.states import SandboxState
+from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandman_site.errors import NotFound
 
 # States that count as "live" for a job's live count: holding (or about to hold) a
@@ -153,9 +153,11 @@ def sandbox_state_counts() -> dict[str, int]:
 
 
 def acquisition_counts() -> list[tuple[str, str, int]]:
-    """``(source, outcome, count)`` for every pair seen."""
+    """``(source, outcome, count)`` for every pair seen among FINISHED acquisitions (an open
+    ``pending`` row would make a Prometheus counter go down when it finishes)."""
     rows = (
-        Acquisition.objects.values("source", "outcome")
+        Acquisition.objects.exclude(outcome=AcquisitionOutcome.PENDING)
+        .values("source", "outcome")
         .annotate(n=Count("id"))
         .order_by("source", "outcome")
     )

@@ -14,7 +14,9 @@ as usual, then adds what every Sandman view really answers but no view declares:
   ``DEFAULT_PAGINATION_CLASS`` (``{count, next, previous, results}`` and its ``limit`` /
   ``offset`` parameters) unless the view sets ``pagination_class = None``;
 * bounds the input layer enforces for every body: integers within signed 64 bits
-  (``sandman_site.parsers``); ids in paths are 64-bit too (a larger one is a 404).
+  (``sandman_site.parsers``); ids in paths are 64-bit too (a larger one is a 404); a
+  date-time is at most 64 characters (a longer one is no date-time: 400). Every other
+  string a client sends declares its own ``maxLength`` (a test walks the document).
 
 Invariant: the additions only describe; a status is added only where the service can
 answer it, and a declared answer of the view is never overwritten.
@@ -141,9 +143,13 @@ def _bound_integer_parameters(operation: dict[str, Any]) -> None:
             schema.setdefault("maximum", I64_MAX)
 
 
+MAX_DATETIME_CHARS = 64
+
+
 def bound_body_integers(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """Postprocessing hook: every integer in a component without its own bounds gets the
-    64-bit ones the JSON parser enforces (``sandman_site.parsers``)."""
+    64-bit ones the JSON parser enforces (``sandman_site.parsers``), every date-time string
+    the length no ISO 8601 date-time exceeds."""
     stack: list[Any] = [result.get("components", {}).get("schemas", {})]
     while stack:
         node = stack.pop()
@@ -151,6 +157,8 @@ def bound_body_integers(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]
             if node.get("type") == "integer":
                 node.setdefault("minimum", I64_MIN)
                 node.setdefault("maximum", I64_MAX)
+            if node.get("type") == "string" and node.get("format") in ("date-time", "date"):
+                node.setdefault("maxLength", MAX_DATETIME_CHARS)
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)

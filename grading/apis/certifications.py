@@ -20,6 +20,7 @@ from grading.runner import get_runner
 from grading.states import CertificationState
 from sandboxes import selectors as sandbox_selectors
 from sandboxes.apis.common import JsonApiView, StrictSerializer
+from sandman_site.openapi import error_responses
 
 
 class CertificationOutputSerializer(serializers.Serializer):
@@ -56,7 +57,7 @@ class TaskSetPreflightApi(JsonApiView):
     @extend_schema(
         operation_id="task_set_preflight",
         request=InputSerializer,
-        responses={202: CertificationOutputSerializer},
+        responses={202: CertificationOutputSerializer, **error_responses(409)},
     )
     def post(self, request: Request, task_set_id: int) -> Response:
         data = TaskSetPreflightApi.InputSerializer(data=request.data)

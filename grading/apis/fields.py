@@ -28,6 +28,8 @@ from sandboxes.states import Egress
 MAX_PATCH_CHARS = 1024 * 1024
 MAX_TESTS = 10_000
 MAX_TEST_ID_CHARS = 1_000
+# The JSON-encoded form: at most the API's request body (SANDMAN_API_MAX_BODY_BYTES default).
+MAX_TEST_LIST_CHARS = 8 * 1024 * 1024
 INSTANCE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,199}$")
 HEX_COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
 SUITE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -65,8 +67,16 @@ class PatchField(StrictCharField):
 @extend_schema_field(
     {
         "oneOf": [
-            {"type": "array", "items": {"type": "string"}},
-            {"type": "string", "description": "a JSON-encoded list of test ids"},
+            {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": MAX_TEST_ID_CHARS},
+                "maxItems": MAX_TESTS,
+            },
+            {
+                "type": "string",
+                "description": "a JSON-encoded list of test ids",
+                "maxLength": MAX_TEST_LIST_CHARS,
+            },
         ]
     }
 )
@@ -77,6 +87,7 @@ class TestListField(serializers.Field):
         "not_a_list": "Must be a list of test ids (or a JSON-encoded string of one).",
         "bad_id": "Each test id must be a non-empty string of at most {max} characters.",
         "too_many": "At most {max} test ids.",
+        "too_long": "A JSON-encoded list of test ids is at most {max} characters.",
         "duplicate": "Test id {test!r} appears twice.",
         "empty": "Must name at least one test.",
     }
@@ -87,6 +98,8 @@ class TestListField(serializers.Field):
 
     def to_internal_value(self, data: Any) -> list[str]:
         if isinstance(data, str):
+            if len(data) > MAX_TEST_LIST_CHARS:
+                self.fail("too_long", max=MAX_TEST_LIST_CHARS)
             try:
                 data = json.loads(data)
             except json.JSONDecodeError:

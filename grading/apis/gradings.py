@@ -29,6 +29,7 @@ from grading.runner import get_runner
 from grading.states import GradingState
 from sandboxes import selectors as sandbox_selectors
 from sandboxes.apis.common import JsonApiView, StrictCharField, StrictSerializer
+from sandman_site.openapi import error_responses
 
 
 class CaptureOutputSerializer(serializers.Serializer):
@@ -60,7 +61,7 @@ class SandboxCaptureApi(JsonApiView):
     @extend_schema(
         operation_id="sandbox_capture",
         request=InputSerializer,
-        responses={201: CaptureOutputSerializer},
+        responses={201: CaptureOutputSerializer, **error_responses(409, 502)},
     )
     def post(self, request: Request, sandbox_id: int) -> Response:
         # Ownership first: someone else's sandbox is a 404 whatever the body says.
@@ -108,7 +109,10 @@ class GradingCreateApi(JsonApiView):
     @extend_schema(
         operation_id="grading_create",
         request=InputSerializer,
-        responses={202: inline_serializer("GradingAccepted", {"id": serializers.IntegerField()})},
+        responses={
+            202: inline_serializer("GradingAccepted", {"id": serializers.IntegerField()}),
+            **error_responses(404, 409),
+        },
     )
     def post(self, request: Request) -> Response:
         data = GradingCreateApi.InputSerializer(data=request.data)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -162,7 +163,9 @@ class TaskCreateApi(JsonApiView):
     OutputSerializer = TaskOutputSerializer
 
     @extend_schema(
-        operation_id="task_create", request=InputSerializer, responses={201: TaskOutputSerializer}
+        operation_id="task_create",
+        request=InputSerializer,
+        responses={201: TaskOutputSerializer, **error_responses(409)},
     )
     def post(self, request: Request) -> Response:
         data = TaskCreateApi.InputSerializer(data=request.data)
@@ -190,7 +193,11 @@ class TaskListApi(JsonApiView):
     @extend_schema(
         operation_id="task_list",
         parameters=[
-            OpenApiParameter("task_set", str, description="only this task set's tasks (by name)"),
+            OpenApiParameter(
+                "task_set",
+                {"type": "string", "maxLength": 200},
+                description="only this task set's tasks (by name)",
+            ),
             OpenApiParameter("state", str, enum=TaskState.values),
         ],
         responses={200: TaskOutputSerializer(many=True)},
@@ -252,19 +259,22 @@ class TaskSetCreateApi(JsonApiView):
     @extend_schema(
         operation_id="task_set_create",
         request=InputSerializer,
-        responses={201: TaskSetOutputSerializer, **error_responses(404)},
+        responses={201: TaskSetOutputSerializer, **error_responses(404, 409)},
     )
     def post(self, request: Request) -> Response:
         data = TaskSetCreateApi.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        group = services.task_set_create(
-            created_by=request.user,
-            now=timezone.now(),
-            name=data.validated_data["name"],
-            description=data.validated_data["description"],
-            instance_ids=data.validated_data["tasks"],
-        )
-        out = TaskSetCreateApi.OutputSerializer(group).data
+        # The answer is read inside the write's transaction: a database lost after its
+        # COMMIT must not answer 503 ("nothing was changed") for a stored task set.
+        with transaction.atomic():
+            group = services.task_set_create(
+                created_by=request.user,
+                now=timezone.now(),
+                name=data.validated_data["name"],
+                description=data.validated_data["description"],
+                instance_ids=data.validated_data["tasks"],
+            )
+            out = TaskSetCreateApi.OutputSerializer(group).data
         return Response(out, status=status.HTTP_201_CREATED)
 
 

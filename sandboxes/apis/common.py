@@ -73,17 +73,30 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+MAX_QUANTITY_CHARS = 64
+
+
 @extend_schema_field(
-    {"oneOf": [{"type": "string", "example": "500m"}, {"type": "number", "example": 2}]}
+    {
+        "oneOf": [
+            {"type": "string", "example": "500m", "maxLength": MAX_QUANTITY_CHARS},
+            {"type": "number", "example": 2},
+        ]
+    }
 )
 class QuantityField(serializers.Field):
-    """A Kubernetes quantity (``"2"``, ``"500m"``, ``"8Gi"``) parsed to an integer."""
+    """A Kubernetes quantity (``"2"``, ``"500m"``, ``"8Gi"``) parsed to an integer; as a
+    string at most ``MAX_QUANTITY_CHARS`` characters."""
 
     def __init__(self, *, kind: str, **kwargs: Any) -> None:
         self.kind = kind  # "cpu" (→ millicores) or "bytes"
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and len(data) > MAX_QUANTITY_CHARS:
+            raise serializers.ValidationError(
+                f"Ensure this field has no more than {MAX_QUANTITY_CHARS} characters."
+            )
         try:
             if self.kind == "cpu":
                 return parse_cpu_millis(data)

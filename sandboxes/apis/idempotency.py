@@ -10,7 +10,9 @@ key. Per (route, scope, key):
 * while the first call still runs in this process, the retry waits for ITS answer;
 * otherwise the call runs once, shielded from the request's cancellation (a client that
   disconnects must not leave a sandbox handed out with no record), and its answer is
-  recorded before anyone gets it.
+  recorded before anyone gets it -- unless the database is lost between the call's commit
+  and the record: then the answer goes out unrecorded (never a 503 for a sandbox that was
+  handed out).
 
 Invariant: a key is 1-200 printable ASCII characters (else 400 ``invalid``); calls that
 fail record nothing (a retry runs again: the failure handed nothing out). The in-flight
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,7 +34,10 @@ from rest_framework.request import Request
 
 from sandboxes import selectors
 from sandboxes.services.idempotency import idempotent_call_record
+from sandman_site.dbguard import OUTAGE_ERRORS
 from sandman_site.errors import InvalidInput
+
+log = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
 
@@ -79,14 +85,20 @@ async def run_once(
         try:
             answer = await call()
             public = {k: v for k, v in answer.items() if k != "token"}
-            await sync_to_async(idempotent_call_record)(
-                route=route,
-                scope=scope,
-                key=key,
-                answer=public,
-                sandbox_id=sandbox_of(answer),
-                now=timezone.now(),
-            )
+            try:
+                await sync_to_async(idempotent_call_record)(
+                    route=route,
+                    scope=scope,
+                    key=key,
+                    answer=public,
+                    sandbox_id=sandbox_of(answer),
+                    now=timezone.now(),
+                )
+            except OUTAGE_ERRORS:
+                # The call committed (a sandbox is handed out): a 503 would say nothing
+                # changed. The answer goes out unrecorded; only a retry of an answer the
+                # client did get could then run again.
+                log.warning("%s %s: answer not recorded, database lost", route, scope)
         except BaseException as exc:
             mine.set_exception(exc)
             raise

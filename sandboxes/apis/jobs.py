@@ -36,7 +36,7 @@ from sandboxes.apis.common import (
 from sandboxes.models import Job
 from sandboxes.services.jobs import job_delete
 from sandboxes.states import Egress, Role, SandboxSource
-from sandman_site.errors import AcquireTimeout
+from sandman_site.errors import AcquireTimeout, JobNotDrained
 from sandman_site.openapi import error_responses
 from sandman_site.ratelimit import HotRouteThrottle
 
@@ -247,7 +247,9 @@ class JobDetailApi(JsonApiView):
         job = selectors.job_get_for_user(user=request.user, job_id=job_id)
         return Response(JobDetailApi.OutputSerializer(job).data)
 
-    @extend_schema(operation_id="job_delete", responses={204: None})
+    @extend_schema(
+        operation_id="job_delete", responses={204: None, **error_responses(JobNotDrained)}
+    )
     def delete(self, request: Request, job_id: int) -> Response:
         selectors.job_get_for_user(user=request.user, job_id=job_id)
         job_delete(job_id=job_id)

@@ -29,6 +29,7 @@ from sandboxes.apis.common import (
 from sandboxes.models import Sandbox
 from sandboxes.services.lifetimes import MAX_RENEW_S, sandbox_renew
 from sandboxes.states import Role, SandboxState
+from sandman_site.errors import InvalidTransition
 from sandman_site.openapi import error_responses
 from sandman_site.pagination import Page
 from sandman_site.parsers import I64_MAX
@@ -141,6 +142,7 @@ class ReleaseOutcomeSerializer(StrictSerializer):
     verdict = serializers.ChoiceField(choices=_VERDICTS)
     patch_sha256 = serializers.RegexField(
         r"^[0-9a-f]{64}$",
+        max_length=64,
         required=False,
         allow_null=True,
         error_messages={"invalid": "Must be 64 lowercase hex digits."},
@@ -216,7 +218,9 @@ class SandboxRenewApi(JsonApiView):
         expires_at = serializers.DateTimeField()
 
     @extend_schema(
-        operation_id="sandbox_renew", request=InputSerializer, responses={200: OutputSerializer}
+        operation_id="sandbox_renew",
+        request=InputSerializer,
+        responses={200: OutputSerializer, **error_responses(InvalidTransition)},
     )
     def post(self, request: Request, sandbox_id: int) -> Response:
         selectors.sandbox_get_for_user(user=request.user, sandbox_id=sandbox_id)

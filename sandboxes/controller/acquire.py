@@ -5,7 +5,12 @@ Ordering rules a reader must not break (paper §4.4, Table 2 row 1, Appendix F):
   the controller owns (``creates.py``) and awaits a future. On timeout or cancellation it
   marks the ticket ``abandoned`` and leaves; the create settles on its own.
 * A warm pod is handed out only after its health check (``warm.py``).
-* Refusals (``PoolCapReached``) happen before any row or create exists.
+* Refusals (``PoolCapReached``) happen before any sandbox row or create exists.
+* The acquisition row is opened (``pending``, through the batcher) when the acquire starts
+  and committed before the acquire hands anything out or admits a create; a warm pod's
+  health check runs meanwhile. Every finish updates that row, so an acquire in flight when
+  the service dies is on record and the next controller ends it ``failed`` with the reason
+  ``service_restarted`` (``reconcile.py``).
 * The wait for a create runs on the controller's injected ``sleep``: with the real
   ``asyncio.sleep`` it is ``asyncio.wait_for``; with a fake clock a test expires an acquire
   timeout by advancing the clock once the window it wants is held by a gate (Table A21,
@@ -19,6 +24,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from django.db import InterfaceError, OperationalError
 
 from sandboxes import events
 from sandboxes.addresses import AddressFloorReached
@@ -47,6 +54,7 @@ from sandman_site.errors import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+FINISH_RETRIES = 40  # about three minutes of backoff
 
 
 @dataclass(frozen=True)
@@ -154,9 +162,12 @@ class Acquirer:
             "key_hash": key.hash,
             "started_at": started_at,
         }
+        opened = self._tasks.spawn(
+            self._batcher.open_acquisition(record), name=f"open-acquisition-{req.job_id}"
+        )
         self._gate.started()
         try:
-            return await self._recorded(rt, req, key, t0, record)
+            return await self._recorded(rt, req, key, t0, record, opened)
         finally:
             self._gate.ended()
 
@@ -167,23 +178,26 @@ class Acquirer:
         key: PoolKey,
         t0: float,
         record: dict[str, Any],
+        opened: asyncio.Task[int],
     ) -> AcquireResult:
         """The acquire in the pool, and its acquisition row whatever the outcome."""
         state, tasks = self._state, self._tasks
         try:
-            result, recorded = await self._in_pool(rt, req, key, t0, record)
+            result, recorded = await self._in_pool(rt, req, key, t0, record, opened)
         except BaseException as exc:
             outcome = next(
                 (o for klass, o in _OUTCOMES if isinstance(exc, klass)), AcquisitionOutcome.FAILED
             )
             write = tasks.spawn(
-                tasks.db(
-                    acquisition_record,
-                    **record,
-                    outcome=outcome,
-                    now=state.now(),
-                    wait_ms=(state.clock() - t0) * 1000.0,
-                    detail=f"{type(exc).__name__}: {exc}",
+                self._finish_failed(
+                    opened,
+                    {
+                        **record,
+                        "outcome": outcome,
+                        "now": state.now(),
+                        "wait_ms": (state.clock() - t0) * 1000.0,
+                        "detail": f"{type(exc).__name__}: {exc}",
+                    },
                 ),
                 name=f"record-acquisition-{req.job_id}",
             )
@@ -193,6 +207,7 @@ class Acquirer:
         if not recorded:
             finished = {
                 **record,
+                "acquisition_id": opened.result(),  # awaited before the create was admitted
                 "outcome": AcquisitionOutcome.OK,
                 "now": state.now(),
                 "sandbox_id": result.sandbox_id,
@@ -202,8 +217,50 @@ class Acquirer:
                 "wait_ms": result.wait_ms,
             }
             # Batched with the other acquires' rows written meanwhile (batcher.py).
-            await asyncio.shield(tasks.spawn(self._batcher.acquisition(finished, urgent=True)))
+            try:
+                await asyncio.shield(tasks.spawn(self._batcher.acquisition(finished, urgent=True)))
+            except (OperationalError, InterfaceError):
+                # The sandbox is handed out (committed): it is the caller's whatever happens
+                # to this second write, so the answer goes out and the row is finished later.
+                log.warning("acquisition row of sandbox %s: database lost", result.sandbox_id)
+                tasks.spawn(
+                    self._finish_later(lambda: self._batcher.acquisition(finished), record),
+                    name=f"finish-acquisition-{req.job_id}",
+                )
         return result
+
+    async def _finish_later(
+        self, write: Callable[[], Awaitable[None]], record: dict[str, Any]
+    ) -> None:
+        """Retry a finish until the database is back (or the controller stops)."""
+        delay = 0.1
+        for _ in range(FINISH_RETRIES):
+            await self._state.sleep(delay)
+            try:
+                await write()
+                return
+            except (OperationalError, InterfaceError):
+                delay = min(delay * 2, 5.0)
+        log.error("an acquisition of job %s is left pending", record["job_id"])
+
+    async def _finish_failed(self, opened: asyncio.Task[int], finished: dict[str, Any]) -> None:
+        """End the open row with the failure (inserted instead if it could not be opened)."""
+        try:
+            acquisition_id: int | None = await asyncio.shield(opened)
+        except Exception:
+            log.warning("acquisition row of job %s not opened", finished["job_id"], exc_info=True)
+            acquisition_id = None
+
+        async def write() -> None:
+            await self._tasks.db(acquisition_record, **finished, acquisition_id=acquisition_id)
+
+        try:
+            await write()
+        except (OperationalError, InterfaceError):
+            if acquisition_id is None:
+                raise  # nothing on record to finish later
+            log.warning("acquisition %s: database lost, finished later", acquisition_id)
+            self._tasks.spawn(self._finish_later(write, finished), name="finish-acquisition")
 
     async def _in_pool(
         self,
@@ -212,17 +269,19 @@ class Acquirer:
         key: PoolKey,
         t0: float,
         record: dict[str, Any],
+        opened: asyncio.Task[int],
     ) -> tuple[AcquireResult, bool]:
         """The sandbox and whether its acquisition row was already written (warm path)."""
         deadline = None if req.timeout_s is None else t0 + req.timeout_s
         rt.pool.note_request(key)
         rt.key_roles.setdefault(key, req.role)
         while (pod := rt.pool.take_warm(key, req.role, never_used=req.never_used)) is not None:
-            result = await self._warm.try_hand_out(rt, pod, req.role, t0, deadline, record)
+            result = await self._warm.try_hand_out(rt, pod, req.role, t0, deadline, record, opened)
             if result is not None:
                 self._creates.fill(rt)
                 return result, True
-        self._state.addresses.check()  # under the address floor: refused before any row
+        self._state.addresses.check()  # under the address floor: refused before any create
+        await asyncio.shield(opened)  # the row is on record before a create is admitted
         admission = rt.pool.admit(key, purpose=Purpose.ACQUIRE, role=req.role)
         if admission.ticket is None:
             raise PoolCapReached(

@@ -1,11 +1,12 @@
 """Coalesce the controller's per-sandbox writes into batches (``services/batch.py``).
 
 Every create makes five writes (its row, ``creating``, the handle, ``ready``, the
-hand-out), its acquire one more (the acquisition), and its delete two (``deleting`` with its
-pending row, then the confirmation). One at a time each costs a lock, a save, an events
-insert and a commit on the database executor: under a 600-pod burst that was half of the
-controller's CPU (``bench/results/profile_before.txt``). The :class:`WriteBatcher` queues
-them instead and hands everything queued to ONE service call per batch.
+hand-out), its acquire two more (the acquisition opened, then finished), and its delete two
+(``deleting`` with its pending row, then the confirmation). One at a time each costs a
+lock, a save, an events insert and a commit on the database executor: under a 600-pod
+burst that was half of the controller's CPU (``bench/results/profile_before.txt``). The
+:class:`WriteBatcher` queues them instead and hands everything queued to ONE service call
+per batch.
 
 Rules a reader must not break:
 * Batches form by themselves, with no timer: a lane (kind x priority) has at most ONE batch
@@ -30,6 +31,7 @@ from typing import Any
 from sandboxes.controller.dbexec import BACKGROUND, URGENT
 from sandboxes.controller.state import ControllerState
 from sandboxes.models import Sandbox
+from sandboxes.services.acquisitions import acquisition_open_many
 from sandboxes.services.batch import (
     SandboxRequest,
     acquisition_record_many,
@@ -76,6 +78,12 @@ class WriteBatcher:
         """Apply one move; its refusal (``InvalidTransition``, ``NotFound``) is raised here."""
         row: Sandbox = await self._submit("move", move, urgent, _apply_moves)
         return row
+
+    async def open_acquisition(self, record: dict[str, Any]) -> int:
+        """Open one ``pending`` acquisition row (a caller waits: urgent); its id."""
+        row = await self._submit("open_acquisition", record, True, _apply_open_acquisitions)
+        pk: int = row.pk
+        return pk
 
     async def acquisition(self, record: dict[str, Any], *, urgent: bool = False) -> None:
         """One finished acquisition (``acquisition_record``'s keyword arguments)."""
@@ -156,6 +164,10 @@ def _apply_requests(items: Sequence[SandboxRequest]) -> list[Any]:
 
 def _apply_moves(items: Sequence[SandboxMove]) -> list[Any]:
     return list(sandbox_moves_apply(moves=items))
+
+
+def _apply_open_acquisitions(items: Sequence[dict[str, Any]]) -> list[Any]:
+    return list(acquisition_open_many(records=items))
 
 
 def _apply_acquisitions(items: Sequence[dict[str, Any]]) -> list[Any]:

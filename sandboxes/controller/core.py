@@ -172,6 +172,7 @@ class Controller:
                 now=self._now,
                 sleep=self._sleep,
                 addresses=AddressFloor(self.address_floor),
+                since=self._now(),
             )
             self._parts = parts = Parts.build(state, self.hooks, self.tuning)
             self._stopping = False

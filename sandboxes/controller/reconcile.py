@@ -12,6 +12,9 @@ Rules (paper §4.4, "what survives a restart"):
   ``failed`` where the path requires it) with a ``backend_gone`` event.
 * Pending deletes left by an earlier process are resumed; those whose sandbox is
   already gone are confirmed.
+* Acquisitions still ``pending`` from before this controller started were in flight when
+  the earlier process died: each ends ``failed`` with the reason ``service_restarted``
+  (before the backend is listed, so the trainer's view is true first).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from sandboxes.pool import PoolKey, WarmPod
 from sandboxes.providers.base import OwnedSandbox
 from sandboxes.services import (
     DeleteOrder,
+    acquisitions_close_unanswered,
     pending_delete_confirmed,
     pending_delete_for_unknown,
     sandbox_begin_delete,
@@ -79,9 +83,22 @@ class Reconciler:
         """Adopt, delete and end rows as the rules above say; return counts."""
         state, db = self._state, self._tasks.db
         now = state.now()
+        unanswered = await db(
+            acquisitions_close_unanswered,
+            started_before=state.since or now,
+            now=now,
+            backend=state.backend,
+        )
         owned = {o.name: o for o in await state.provider.list_owned()}
         rows = await db(queries.rows_not_deleted, backend=state.backend)
-        counts = {"listed": len(owned), "adopted": 0, "deleted": 0, "unknown": 0, "gone": 0}
+        counts = {
+            "listed": len(owned),
+            "adopted": 0,
+            "deleted": 0,
+            "unknown": 0,
+            "gone": 0,
+            "unanswered_acquisitions": len(unanswered),
+        }
         orders = await self._settle_listed(owned, rows, counts, now)
         for row in rows:
             if row.name not in owned:

@@ -44,6 +44,9 @@ class ControllerState:
     reconciled: bool = False
     # The address gate (sandboxes.addresses): closed, no create is admitted or sent.
     addresses: AddressFloor = field(default_factory=AddressFloor)
+    # When this controller started: acquisitions still ``pending`` from before it belong to
+    # a controller that is gone (reconcile.py ends them ``failed``, ``service_restarted``).
+    since: dt.datetime | None = None
 
     @property
     def backend(self) -> str:

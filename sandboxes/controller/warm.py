@@ -5,7 +5,8 @@ Ordering rules a reader must not break (paper §4.4, Table 2 row 1):
   check passes, put back if the caller left before anything changed, and deleted if it
   failed the check or the caller left during the hand-out write (it carries the agent
   mark then).
-* One database commit on success: the hand-out and its acquisition row together.
+* One database commit on success: the hand-out and its acquisition row's finish together
+  (the row was opened ``pending`` while the health check ran, ``acquire.py``).
 """
 
 from __future__ import annotations
@@ -51,8 +52,11 @@ class WarmHandOut:
         t0: float,
         deadline: float | None,
         record: dict[str, Any],
+        opened: asyncio.Task[int],
     ) -> AcquireResult | None:
-        """Health-check one warm pod and hand it out; None if it was not usable."""
+        """Health-check one warm pod and hand it out; None if it was not usable.
+
+        ``opened`` opens the acquisition row meanwhile; the hand-out waits for it."""
         sid = pod.sandbox_id
         handed = False
         try:
@@ -68,8 +72,11 @@ class WarmHandOut:
                 )
                 self._tasks.spawn(self._deleter.delete_sandbox(rt, sid, reason="health_failed"), rt)
                 return None
+            acquisition_id = await asyncio.shield(opened)  # on record before the hand-out
             handed = True
-            return await self._hand_out(rt, pod, ref, role, t0, record)
+            return await self._hand_out(
+                rt, pod, ref, role, t0, {**record, "acquisition_id": acquisition_id}
+            )
         finally:
             if not handed and sid in rt.pool.checking:
                 # Cancelled before anything changed: the pod is still a clean warm pod.

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from sandboxes.services.acquisitions import (
     acquisition_finish,
+    acquisition_open_many,
     acquisition_record,
     acquisition_start,
+    acquisitions_close_unanswered,
 )
 from sandboxes.services.deletes import (
     DeleteOrder,
@@ -43,8 +45,10 @@ from sandboxes.services.sandboxes import (
 __all__ = [
     "DeleteOrder",
     "acquisition_finish",
+    "acquisition_open_many",
     "acquisition_record",
     "acquisition_start",
+    "acquisitions_close_unanswered",
     "delete_backoff_s",
     "job_create",
     "job_mark_drained",

@@ -1,20 +1,41 @@
-"""Acquisition writes: one row per acquire call, written finished or opened and finished once.
+"""Acquisition writes: one row per acquire call, opened ``pending`` and finished once.
 
 The row records what the dashboards need (docs/architecture.md §8): the pacer queue wait,
 the create time, the total wait the caller saw, the outcome and where the sandbox came
 from. Finishing twice is refused (``InvalidTransition``): an outcome is never rewritten.
+
+The controller opens the row (``pending``) before the acquire changes anything (a hand-out
+or a create), so an acquire that was in flight when the service died is on record: the
+next controller ends every such row ``failed`` with the reason ``service_restarted``
+(:func:`acquisitions_close_unanswered`). A finish given the open row's ``acquisition_id``
+updates it (only while it is still ``pending``); without one it inserts a finished row.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome
 from sandman_site.errors import InvalidTransition, NotFound
+
+SERVICE_RESTARTED = "service_restarted"
+_FINISH_FIELDS = (
+    "outcome",
+    "finished_at",
+    "sandbox",
+    "source",
+    "queue_ms",
+    "create_ms",
+    "wait_ms",
+    "detail",
+)
 
 
 def acquisition_start(
@@ -53,10 +74,12 @@ def acquisition_record(
     create_ms: float | None = None,
     wait_ms: float | None = None,
     detail: str = "",
+    acquisition_id: int | None = None,
 ) -> Acquisition:
-    """Write one finished acquisition in a single insert (the controller's usual path)."""
+    """Write one finished acquisition: its open row updated, or a single insert."""
     with transaction.atomic():
         return acquisition_insert(
+            acquisition_id=acquisition_id,
             job_id=job_id,
             role=role,
             image=image,
@@ -90,11 +113,13 @@ def acquisition_insert(
     create_ms: float | None = None,
     wait_ms: float | None = None,
     detail: str = "",
+    acquisition_id: int | None = None,
 ) -> Acquisition:
     """:func:`acquisition_record` inside the caller's open transaction (no savepoint)."""
     if outcome not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
         raise InvalidTransition(f"{outcome!r} is not a finished acquisition outcome")
-    acq = Acquisition.objects.create(
+    acq = Acquisition(
+        pk=acquisition_id,
         job_id=job_id,
         user_id=user_id,
         role=role,
@@ -110,8 +135,86 @@ def acquisition_insert(
         wait_ms=wait_ms,
         detail=detail[:2000],
     )
+    if acquisition_id is None:
+        acq.save(force_insert=True)
+    else:  # an open row no longer pending was ended by another controller: kept as it is
+        acquisition_finish_open([acq])
     acquisition_published(acq, now)
     return acq
+
+
+def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisition]:
+    """Open many ``pending`` rows with one INSERT (``job_id``, ``user_id``, ``role``,
+    ``image``, ``key_hash``, ``started_at`` each); the rows come back with their ids."""
+    rows = [
+        Acquisition(
+            job_id=r["job_id"],
+            user_id=r.get("user_id"),
+            role=r["role"],
+            image=r["image"],
+            key_hash=r["key_hash"],
+            outcome=AcquisitionOutcome.PENDING,
+            started_at=r["started_at"],
+        )
+        for r in records
+    ]
+    with transaction.atomic():
+        Acquisition.objects.bulk_create(rows)
+    return rows
+
+
+def _concrete(name: str) -> Field[Any, Any]:
+    field = Acquisition._meta.get_field(name)
+    assert isinstance(field, Field) and field.concrete, name
+    return field
+
+
+def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
+    """Save each row's finished fields over its open ``pending`` row: ONE ``UPDATE``
+    statement sent with ``executemany``. A row no longer ``pending`` is left as it is (its
+    outcome was written by the controller that came after: never rewritten)."""
+    if not rows:
+        return
+    meta = Acquisition._meta
+    qn = connection.ops.quote_name
+    fields = [_concrete(name) for name in _FINISH_FIELDS]
+    assignments = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+    sql = (
+        f"UPDATE {qn(meta.db_table)} SET {assignments} "
+        f"WHERE {qn(meta.pk.column)} = %s AND {qn('outcome')} = %s"
+    )
+    params = [
+        [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+        + [row.pk, AcquisitionOutcome.PENDING.value]
+        for row in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+def acquisitions_close_unanswered(
+    *, started_before: dt.datetime, now: dt.datetime, backend: str = ""
+) -> list[int]:
+    """End every ``pending`` acquisition opened before ``started_before`` (by a controller
+    that is gone) as ``failed`` with the reason ``service_restarted``; their ids."""
+    detail = f"{SERVICE_RESTARTED}: the service stopped before this acquire was answered" + (
+        f" ({backend} backend)" if backend else ""
+    )
+    with transaction.atomic():
+        open_rows = list(
+            Acquisition.objects.select_for_update()
+            .filter(outcome=AcquisitionOutcome.PENDING, started_at__lt=started_before)
+            .order_by("pk")
+        )
+        if not open_rows:
+            return []
+        Acquisition.objects.filter(
+            pk__in=[r.pk for r in open_rows], outcome=AcquisitionOutcome.PENDING
+        ).update(outcome=AcquisitionOutcome.FAILED, finished_at=now, detail=detail)
+        for row in open_rows:
+            row.outcome, row.finished_at, row.detail = AcquisitionOutcome.FAILED, now, detail
+            acquisition_published(row, now)
+    return [r.pk for r in open_rows]
 
 
 def acquisition_published(acq: Acquisition, now: dt.datetime) -> None:

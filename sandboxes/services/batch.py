@@ -35,7 +35,7 @@ from execd.tokens import derive_token
 from sandboxes import events
 from sandboxes.models import Acquisition, Job, Sandbox, SandboxEvent
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.services.acquisitions import acquisition_published
+from sandboxes.services.acquisitions import acquisition_finish_open, acquisition_published
 from sandboxes.services.moves import SandboxMove, plan_move
 from sandboxes.services.sandboxes import new_sandbox_name, payload
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome, SandboxState
@@ -195,8 +195,9 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
 def acquisition_record_many(
     *, records: Sequence[dict[str, Any]]
 ) -> list[Acquisition | SandmanError]:
-    """Insert many finished acquisitions (``acquisition_record``'s keyword arguments each)
-    with one INSERT; a record whose outcome is not a finished one is refused alone."""
+    """Write many finished acquisitions (``acquisition_record``'s keyword arguments each):
+    open rows (``acquisition_id``) updated with one statement, the others inserted with one
+    INSERT; a record whose outcome is not a finished one is refused alone."""
     with transaction.atomic():
         rows: list[Acquisition] = []
         out: list[Acquisition | SandmanError] = []
@@ -205,6 +206,7 @@ def acquisition_record_many(
                 out.append(InvalidTransition(f"{r['outcome']!r} is not a finished outcome"))
                 continue
             row = Acquisition(
+                pk=r.get("acquisition_id"),
                 job_id=r["job_id"],
                 user_id=r.get("user_id"),
                 role=r["role"],
@@ -222,7 +224,8 @@ def acquisition_record_many(
             )
             rows.append(row)
             out.append(row)
-        Acquisition.objects.bulk_create(rows)
+        Acquisition.objects.bulk_create([row for row in rows if row.pk is None])
+        acquisition_finish_open([row for row in rows if row.pk is not None])
         for row in rows:
             acquisition_published(row, _finished_at(row))
     return out

@@ -76,7 +76,8 @@ def test_metrics_counts_creates_states_acquisitions_and_buckets_create_to_ready(
     seed_sandbox(job, ready_after_s=0.2, requested_at=t0, hand_out=True)
     seed_sandbox(job, ready_after_s=3.0, requested_at=t0)
     seed_sandbox(job, ready_after_s=None, requested_at=t0)
-    for source, outcome in [("warm", "ok"), ("warm", "ok"), ("created", "ok"), ("", "timeout")]:
+    acquisitions = [("warm", "ok"), ("warm", "ok"), ("created", "ok"), ("", "timeout")]
+    for source, outcome in acquisitions + [("", "pending")]:  # an open one is not counted
         Acquisition.objects.create(
             job=job,
             image="sandman/empty",
@@ -97,6 +98,10 @@ def test_metrics_counts_creates_states_acquisitions_and_buckets_create_to_ready(
     assert value("sandman_acquisitions_total", source="warm", outcome="ok") == 2
     assert value("sandman_acquisitions_total", source="created", outcome="ok") == 1
     assert value("sandman_acquisitions_total", source="none", outcome="timeout") == 1
+    assert (
+        "sandman_acquisitions_total",
+        frozenset({("source", "none"), ("outcome", "pending")}),
+    ) not in samples
 
     h = "sandman_create_to_ready_seconds"
     expected = {0.025: 0, 0.05: 1, 0.1: 1, 0.15: 1, 0.25: 2, 2.5: 2, 5.0: 3, 600.0: 3}

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 from django.test import Client
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from sandman_site import election, startup
 from sandman_site.env import ConfigError
@@ -91,10 +92,22 @@ def test_a_leader_that_cannot_renew_stops_leading_and_says_so(cluster: StandinCl
         stale = cluster.lease(NS, "sandman-controller")
         # Another writer takes the Lease: every renewal of replica-a now conflicts (409).
         api = client.CoordinationV1Api(api_client(cluster))
-        current = api.read_namespaced_lease("sandman-controller", NS)
-        current.spec.holder_identity = "intruder"
-        current.spec.lease_duration_seconds = 3600
-        api.replace_namespaced_lease("sandman-controller", NS, current)
+
+        def take_over() -> bool:
+            # read-modify-replace with the resourceVersion read: a renewal of replica-a in
+            # between is a 409 (optimistic concurrency), and the intruder reads again
+            current = api.read_namespaced_lease("sandman-controller", NS)
+            current.spec.holder_identity = "intruder"
+            current.spec.lease_duration_seconds = 3600
+            try:
+                api.replace_namespaced_lease("sandman-controller", NS, current)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                return False
+            return True
+
+        wait_until(take_over, what="the intruder's replace")
         assert stale["spec"]["holderIdentity"] == "replica-a"
         wait_until(lambda: a.lost.is_set(), what="replica-a to stop leading")
         assert not a.elector.leading

@@ -61,8 +61,23 @@ def test_every_operation_declares_its_error_answers_with_the_error_body() -> Non
 
 
 def test_a_view_declares_what_its_logic_raises_beyond_its_configuration() -> None:
-    op = _schema()["paths"]["/api/v1/task-sets/"]["post"]
+    paths = _schema()["paths"]
+    op = paths["/api/v1/task-sets/"]["post"]
     assert _error_schema(op, "404") == ERROR_REF  # an unknown task in the body
+    # 409s a caller's own objects reach (a fuzzer with a staff token met the first two)
+    for path, method in [
+        ("/api/v1/jobs/{job_id}/", "delete"),  # job_not_drained
+        ("/api/v1/sandboxes/{sandbox_id}/renew/", "post"),  # not in use
+        ("/api/v1/incidents/{incident_id}/", "patch"),  # a status move not listed
+        ("/api/v1/tasks/", "post"),  # task_exists
+        ("/api/v1/task-sets/", "post"),
+        ("/api/v1/gradings/", "post"),  # not_certified, job not active
+        ("/api/v1/task-sets/{task_set_id}/preflight/", "post"),
+        ("/api/v1/sandboxes/{sandbox_id}/capture/", "post"),
+    ]:
+        assert _error_schema(paths[path][method], "409") == ERROR_REF, (method, path)
+    assert _error_schema(paths["/api/v1/gradings/"]["post"], "404") == ERROR_REF
+    assert _error_schema(paths["/api/v1/sandboxes/{sandbox_id}/capture/"]["post"], "502")
 
 
 def test_paginated_lists_are_declared_as_the_page_envelope_with_bounded_parameters() -> None:
@@ -94,6 +109,96 @@ def test_every_integer_the_client_sends_is_bounded_to_64_bits() -> None:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
+
+
+def _unbounded_inputs(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every string without ``maxLength`` (an enum is bounded by its values) and every
+    integer without both bounds in a request body or a query parameter, with where."""
+    components = schema["components"]["schemas"]
+    found: list[tuple[str, dict[str, Any]]] = []
+    todo: list[tuple[Any, str, frozenset[str]]] = []
+    for method, path, op in _operations(schema):
+        for parameter in op.get("parameters", []):
+            if parameter["in"] == "query":
+                todo.append(
+                    (parameter["schema"], f"{method} {path} ?{parameter['name']}", frozenset())
+                )
+        for media, content in op.get("requestBody", {}).get("content", {}).items():
+            todo.append((content["schema"], f"{method} {path} body {media}", frozenset()))
+    while todo:
+        node, where, seen = todo.pop()
+        if not isinstance(node, dict):
+            continue
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[1]
+            if name not in seen:  # a recursive component is walked once per path
+                todo.append((components[name], f"{where} > {name}", seen | {name}))
+            continue
+        kind = node.get("type")
+        if kind == "string" and "maxLength" not in node and "enum" not in node:
+            found.append((where, node))
+        if kind == "integer" and not {"minimum", "maximum"} <= set(node):
+            found.append((where, node))
+        for name, child in node.get("properties", {}).items():
+            todo.append((child, f"{where}.{name}", seen))
+        for key in ("items", "additionalProperties"):
+            todo.append((node.get(key), f"{where}[{key}]", seen))
+        for key in ("allOf", "oneOf", "anyOf"):
+            todo += [(child, f"{where} <{key}>", seen) for child in node.get(key, [])]
+    return found
+
+
+def test_every_string_and_integer_a_client_sends_declares_its_bounds() -> None:
+    """Request bodies and query strings: ``maxLength`` on every string, ``minimum`` and
+    ``maximum`` on every integer, so a generated client (and a fuzzer) knows the limits."""
+    schema = _schema()
+    assert _unbounded_inputs(schema) == []
+    # the walk does look: the acquire body's quantities are reached through two refs
+    spec = schema["components"]["schemas"]["Spec"]["properties"]["cpu"]["oneOf"][0]
+    assert spec["maxLength"] == 64
+
+
+def test_the_walk_finds_an_unbounded_string_and_integer() -> None:
+    """The check above can fail: a document with one of each is caught."""
+    schema = {
+        "components": {"schemas": {"In": {"properties": {"s": {"type": "string"}}}}},
+        "paths": {
+            "/x/": {
+                "post": {
+                    "parameters": [{"in": "query", "name": "n", "schema": {"type": "integer"}}],
+                    "requestBody": {
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/In"}}
+                        }
+                    },
+                }
+            }
+        },
+    }
+    assert [where for where, _ in _unbounded_inputs(schema)] == [
+        "POST /x/ body application/json > In.s",
+        "POST /x/ ?n",
+    ]
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("acquire", {"image": "sandman/empty", "spec": {"cpu": "1" * 65, "memory": "1Gi"}}),
+        (
+            "prewarm",
+            {"keys": [{"image": "i", "spec": {"cpu": "1", "memory": "9" * 65}, "count": 1}]},
+        ),
+    ],
+)
+def test_a_quantity_longer_than_declared_is_a_400(path: str, body: dict[str, Any]) -> None:
+    user, token = make_user("quantity-writer")
+    job = make_job(user)
+    before = row_counts()
+    response = api(token).post(f"/api/v1/jobs/{job.pk}/{path}/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert "64 characters" in response.content.decode()
+    assert row_counts() == before
 
 
 def test_the_security_schemes_are_the_token_header_and_the_session_cookie() -> None:

@@ -1,5 +1,6 @@
 """Schemathesis over every operation of the document, against the real service (issue 12
-item 1): examples, coverage, fuzzing and stateful phases, 0 failures.
+item 1): examples, coverage, fuzzing and stateful phases, 0 failures, with a trainer's
+token and with a staff user's.
 
 The service runs as its own daphne process on the test database
 (``sandman_site.testing.server``), so the fast path, the middlewares, the error pages and
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.tests.api_support import make_job, seed_sandbox
+from sandboxes.tests.api_support import make_job, make_user, seed_sandbox
 from sandman_site.testing.server import Served
 
 CHECKS = (
@@ -83,8 +84,14 @@ def _schemathesis(
     )
 
 
-def test_schemathesis_finds_no_failure_in_any_operation(seeded: Served, tmp_path: Path) -> None:
-    result = _schemathesis(seeded.url, seeded.token, tmp_path / "schemathesis.toml")
+@pytest.mark.parametrize("caller", ["trainer", "staff"])
+def test_schemathesis_finds_no_failure_in_any_operation(
+    seeded: Served, tmp_path: Path, caller: str
+) -> None:
+    """As a trainer, and as a staff user (who may also write incidents and import them):
+    the same checks, the same bounds."""
+    token = seeded.token if caller == "trainer" else make_user("fuzz-staff", staff=True)[1]
+    result = _schemathesis(seeded.url, token, tmp_path / "schemathesis.toml")
     summary = result.stdout[-3000:]
     failures = result.stdout.partition("FAILURES")[2][:12000]
     assert result.returncode == 0, failures + summary + "\n--- server log ---\n" + seeded.errors()

@@ -11,7 +11,10 @@ controller over the same database and stand-in must leave:
   kubelet runs belongs to a pod that still exists;
 * every record matching reality: a row that is not ``deleted`` has its pod, a ``deleted``
   row has none, and each in-flight create's row ended ``deleted`` with a reason;
-* the killed deletes resumed: no ``PendingDelete`` row is left and their pods are gone.
+* the killed deletes resumed: no ``PendingDelete`` row is left and their pods are gone;
+* every acquisition in flight at the kill (its row opened ``pending`` before the acquire
+  changed anything) ended ``failed`` with the reason ``service_restarted``, every answered
+  one has its ``ok`` row, and no row is left ``pending``.
 
 ``BURST`` is scaled down for CI; ``bench/chaos_burst.py`` runs the 500-acquire version.
 """
@@ -26,8 +29,9 @@ from typing import Any
 
 import pytest
 
-from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
-from sandboxes.states import SandboxState
+from sandboxes.models import Acquisition, PendingDelete, Sandbox, SandboxEvent
+from sandboxes.services.acquisitions import SERVICE_RESTARTED
+from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandboxes.tests.controller_support import acquire_args, make_job
 from sandboxes.tests.ownership.test_restart import Env
 from standin import StandinCluster
@@ -82,6 +86,12 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
         ).values_list("name", flat=True)
     )
     answered_ok = sum(1 for c in calls if c.done() and c.result()["ok"])
+    unanswered = sum(1 for c in calls if not c.done())
+    acquiring_at_kill = list(
+        Acquisition.objects.filter(job=job, outcome=AcquisitionOutcome.PENDING).values_list(
+            "pk", flat=True
+        )
+    )
     env.cluster.gates.release_all()  # the cluster goes on; only the service died
 
     restarted = time.monotonic()
@@ -93,8 +103,17 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
     pods = {p["metadata"]["name"] for p in sandman_pods(env.cluster)}
     rows = dict(Sandbox.objects.filter(job=job).values_list("name", "state"))
     report = audit(env.cluster, second, at="after restart")
+    acquisitions = {
+        pk: (outcome, detail)
+        for pk, outcome, detail in Acquisition.objects.filter(job=job).values_list(
+            "pk", "outcome", "detail"
+        )
+    }
     return {
         "job": job,
+        "unanswered_at_kill": unanswered,
+        "acquiring_at_kill": acquiring_at_kill,
+        "acquisitions": acquisitions,
         "burst": burst,
         "answered_before_kill": answered_ok,
         "in_flight_at_kill": in_flight,
@@ -140,12 +159,30 @@ def test_a_service_killed_mid_burst_leaves_no_orphan_and_every_record_true(env: 
         running_pods = {key.split(".")[1] for key in running}  # "<namespace>.<pod>.<uid>"
         assert running_pods == pods, (sorted(running), sorted(pods))
     assert PendingDelete.objects.count() == 0
+    assert_in_flight_acquisitions_failed_with_a_reason(seen)
     if RESULTS:
         _write_results(seen)
 
 
+def assert_in_flight_acquisitions_failed_with_a_reason(seen: dict[str, Any]) -> None:
+    """Each acquire in flight at the kill has a ``failed`` row saying the service restarted."""
+    acquisitions, at_kill = seen["acquisitions"], seen["acquiring_at_kill"]
+    assert at_kill, "no acquisition was in flight at the kill"
+    assert len(at_kill) <= seen["unanswered_at_kill"]  # each one's caller got no answer
+    for pk in at_kill:
+        outcome, detail = acquisitions[pk]
+        assert outcome == AcquisitionOutcome.FAILED, (pk, outcome, detail)
+        assert detail.startswith(f"{SERVICE_RESTARTED}:"), (pk, detail)
+    restarted = [pk for pk, (_, d) in acquisitions.items() if d.startswith(SERVICE_RESTARTED)]
+    assert sorted(restarted) == sorted(at_kill)  # and no answered acquire was rewritten
+    assert not [pk for pk, (o, _) in acquisitions.items() if o == AcquisitionOutcome.PENDING]
+    ok = sum(1 for outcome, _ in acquisitions.values() if outcome == AcquisitionOutcome.OK)
+    assert ok >= seen["answered_before_kill"]  # every answered acquire is on record
+
+
 def _write_results(seen: dict[str, Any]) -> None:
     rows = seen["rows"]
+    acquisitions = seen["acquisitions"]
     out = {
         "burst": seen["burst"],
         "nodes": NODES,
@@ -153,6 +190,15 @@ def _write_results(seen: dict[str, Any]) -> None:
         "acquires_answered_before_kill": seen["answered_before_kill"],
         "creates_in_flight_at_kill": len(seen["in_flight_at_kill"]),
         "pending_deletes_at_kill": len(seen["doomed"]),
+        "acquires_unanswered_at_kill": seen["unanswered_at_kill"],
+        "acquisitions_in_flight_at_kill": len(seen["acquiring_at_kill"]),
+        "acquisitions_after": {
+            o: sum(1 for v, _ in acquisitions.values() if v == o)
+            for o in {v for v, _ in acquisitions.values()}
+        },
+        "acquisitions_failed_service_restarted": sum(
+            1 for _, d in acquisitions.values() if d.startswith(SERVICE_RESTARTED)
+        ),
         "rows_after": {s: sum(1 for v in rows.values() if v == s) for s in set(rows.values())},
         "pods_after": len(seen["pods"]),
         "ownerless_pods_after": len(seen["ownerless"]),

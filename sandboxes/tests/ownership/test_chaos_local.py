@@ -6,7 +6,8 @@ provider, sandboxes as plain execd process trees under a temp root). The test fi
 burst of acquires and SIGKILLs that process while some are still being created. Every
 sandbox dies with the process that started it (``--die-with-parent``); a new controller
 over the same database and root must then leave no execd process running, no sandbox
-directory, and no row that is not ``deleted`` (each ended with a reason on record).
+directory, and no row that is not ``deleted`` (each ended with a reason on record); every
+acquisition in flight at the kill ends ``failed`` with the reason ``service_restarted``.
 This test process is a child subreaper meanwhile, so the killed process's orphans are
 reaped here (PID 1 on our machines does not reap).
 """
@@ -25,9 +26,10 @@ from pathlib import Path
 import pytest
 
 from sandboxes.controller import Controller
-from sandboxes.models import Sandbox, SandboxEvent
+from sandboxes.models import Acquisition, Sandbox, SandboxEvent
 from sandboxes.providers.local import LocalProvider, procs
-from sandboxes.states import SandboxState
+from sandboxes.services.acquisitions import SERVICE_RESTARTED
+from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandboxes.tests.controller_support import acquire_args, make_job
 from sandboxes.tests.ownership.test_restart import ControllerProcess
 from standin.harness.support import wait_until
@@ -79,6 +81,14 @@ def test_a_local_service_killed_mid_burst_leaves_no_execd_and_every_record_true(
             wait_until(lambda: any(c.done() for c in calls), what="a first answered acquire")
         finally:
             first.kill()  # mid-burst: the rest are being created
+        unanswered = sum(1 for c in calls if not c.done())
+        acquiring = set(
+            Acquisition.objects.filter(job=job, outcome=AcquisitionOutcome.PENDING).values_list(
+                "pk", flat=True
+            )
+        )
+        assert acquiring, "no acquisition was in flight at the kill"
+        assert len(acquiring) <= unanswered
         in_flight = list(
             Sandbox.objects.filter(
                 job=job, state__in=[SandboxState.REQUESTED, SandboxState.CREATING]
@@ -98,6 +108,11 @@ def test_a_local_service_killed_mid_burst_leaves_no_execd_and_every_record_true(
                 sandbox = Sandbox.objects.get(name=name)
                 events = SandboxEvent.objects.filter(sandbox=sandbox).count()
                 assert sandbox.failure_reason or events, name
+            ended = Acquisition.objects.filter(pk__in=acquiring)
+            assert {a.outcome for a in ended} == {AcquisitionOutcome.FAILED}
+            assert all(a.detail.startswith(f"{SERVICE_RESTARTED}:") for a in ended)
+            assert all(a.finished_at is not None for a in ended)
+            assert not Acquisition.objects.filter(outcome=AcquisitionOutcome.PENDING).exists()
             assert not any(procs.marked(m) for m in markers)  # no execd left running
             assert [p.name for p in local_root.iterdir() if not p.name.startswith(".")] == []
             again = second.acquire(**acquire_args(job))  # and the service works again
