@@ -33,6 +33,7 @@ from .protocol import (
     WriteRequest,
 )
 from .shell import Busy, Shell
+from .streaming import Streamed
 from .wire import ApiError, parse, resolve
 
 try:
@@ -184,7 +185,8 @@ class App:
     def health(self, body: Body) -> Body:
         return HealthAnswer(True, __version__, self.shell.alive()).to_json()
 
-    def exec(self, body: Body) -> Body:
+    def exec(self, body: Body) -> Any:
+        """The answer's JSON, or ``streaming.Streamed`` for ``stream: true``."""
         req = parse(ExecRequest, body)
         hooks = req.test_hooks or {}
         if hooks and not self.cfg.test_hooks:
@@ -215,6 +217,8 @@ class App:
                 limit=limit,
             )
         timeout = req.timeout_s if req.timeout_s is not None else self.cfg.default_timeout
+        if req.stream:
+            return self._streamed(req, timeout, cwd, hooks)
         try:
             answer = self.shell.run(
                 req.command, timeout, cwd, hooks, bool(req.isolate), req.max_output_bytes
@@ -222,6 +226,24 @@ class App:
             return answer.to_json()
         except Busy:
             raise _busy() from None
+
+    def _streamed(
+        self, req: ExecRequest, timeout: float, cwd: str, hooks: Dict[str, Any]
+    ) -> Streamed:
+        # A stream keeps no output for its final frame, so its cap defaults to the job's
+        # limit (--max-output-bytes), not to --output-cap.
+        cap = self.cfg.max_output_bytes if req.max_output_bytes is None else req.max_output_bytes
+
+        def run(sink: Any) -> Body:
+            try:
+                answer = self.shell.run(
+                    req.command, timeout, cwd, hooks, bool(req.isolate), cap, sink
+                )
+            except Busy:
+                raise _busy() from None
+            return answer.to_json()
+
+        return Streamed(run)
 
     def files_read(self, body: Body) -> Body:
         return self.files.read(parse(ReadRequest, body)).to_json()

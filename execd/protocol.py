@@ -38,6 +38,10 @@ class ExecRequest(NamedTuple):
     test_hooks: Optional[Dict[str, Any]] = None
     isolate: Optional[bool] = None
     max_output_bytes: Optional[int] = None
+    # issue 14 item 4: ``stream`` answers in frames (execd/streaming.py); ``background``
+    # starts the command beside the shell and answers a handle (execd/background.py).
+    stream: Optional[bool] = None
+    background: Optional[bool] = None
 
     def to_json(self) -> Json:
         return _json(self)

@@ -31,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from . import __version__, limits, protocol
+from . import __version__, limits, protocol, streaming
 from .app import App
 from .wire import ApiError
 
@@ -304,7 +304,11 @@ class Handler(BaseHTTPRequestHandler):
                     )
                 raise ApiError(404, "not_found", "no route %s" % path)
             body = _decode(raw)
-            self.send_json(200, getattr(app, route.handler)(body))
+            result = getattr(app, route.handler)(body)
+            if isinstance(result, streaming.Streamed):
+                self.send_stream(result)
+            else:
+                self.send_json(200, result)
         except ApiError as e:
             self.send_json(e.status, e.body())
         except Exception as e:  # the one place that turns a bug into a 500, logged
@@ -359,6 +363,29 @@ class Handler(BaseHTTPRequestHandler):
             head.append("Connection: close")
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         self.log_request(status, len(body))
+
+    def send_stream(self, streamed: streaming.Streamed) -> None:
+        """A ``stream: true`` answer (streaming.py). An error before the first frame is
+        raised to ``_dispatch`` (a plain JSON answer); after it, it ends the stream as an
+        ``e`` frame."""
+        out = streaming.ChunkedAnswer(self.wfile.write, self.close_connection)
+        try:
+            answer = streamed.run(out.send)
+        except ApiError as e:
+            if not out.started:
+                raise
+            last = streaming.error_frame(e.body())
+        except Exception as e:
+            if not out.started:
+                raise
+            log.exception("streamed /exec failed")
+            last = streaming.error_frame(_error("internal", "%s: %s" % (type(e).__name__, e)))
+        else:
+            last = streaming.final_frame(answer)
+        out.finish(last)
+        if out.broken:
+            self.close_connection = True
+        self.log_request(200, out.sent_bytes)
 
 
 def _error(code: str, detail: str) -> Dict[str, Any]:

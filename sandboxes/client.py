@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
+from execd import streaming
 from execd.protocol import (
     EnvAnswer,
     EnvRequest,
@@ -137,6 +138,31 @@ class _Connection:
                 raise SandmanClientError(0, "connection_failed", f"{method} {path}: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout_s: float,
+    ) -> http.client.HTTPResponse:
+        """Send a request and return the response unread (a streamed answer); the
+        caller reads it to its end or closes this connection. Not retried."""
+        try:
+            self._conn.timeout = timeout_s
+            if self._conn.sock is not None:
+                self._conn.sock.settimeout(timeout_s)
+            self._conn.request(method, path, body=body, headers=headers)
+            response = self._conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            self._conn.close()
+            if isinstance(exc, socket.timeout | TimeoutError):
+                raise SandmanClientError(0, "timeout", f"{method} {path}: {exc}") from exc
+            raise SandmanClientError(0, "connection_failed", f"{method} {path}: {exc}") from exc
+        self._used = True
+        return response
+
 
 def _split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
@@ -194,6 +220,80 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.error
+
+
+def _run_result(answer: ExecAnswer) -> RunResult:
+    return RunResult(
+        exit_code=answer.exit_code,
+        output=answer.output,
+        output_bytes=answer.output_bytes,
+        truncated=answer.truncated,
+        duration_ms=answer.duration_ms,
+        error=answer.error,
+        timed_out=answer.timed_out,
+        shell_restarted=answer.shell_restarted,
+        error_code=answer.error_code,
+    )
+
+
+class ExecStream:
+    """A streamed command (``Sandbox.stream``): iterate for its output bytes as execd
+    reads them; ``result`` is the final answer once the iteration ended (its ``output``
+    holds only what was not streamed, e.g. a syntax error's diagnostic). A stream cut
+    short, or not ending in exactly one final frame, raises ``SandmanClientError``
+    (``stream_broken``) - never a guessed exit status. Leaving the iteration early
+    closes the connection (the command runs on in the sandbox to its own end)."""
+
+    READ = 1 << 20
+
+    def __init__(self, conn: _Connection, response: http.client.HTTPResponse) -> None:
+        self._conn = conn
+        self._response = response
+        self.result: RunResult | None = None
+        self._frames = self._read()
+
+    def __iter__(self) -> ExecStream:
+        return self
+
+    def __enter__(self) -> ExecStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __next__(self) -> bytes:
+        return next(self._frames)
+
+    def close(self) -> None:
+        if self.result is None:
+            self._conn.close()
+
+    def _read(self) -> Any:
+        route = "POST /exec"
+        decoder = streaming.StreamDecoder()
+        try:
+            while True:
+                try:
+                    data = self._response.read1(self.READ)
+                except (OSError, http.client.HTTPException) as exc:
+                    raise streaming.StreamError(f"the stream broke: {exc}") from exc
+                if not data:
+                    decoder.close()
+                    break
+                for event in decoder.feed(data):
+                    if event.kind == streaming.OUTPUT:
+                        yield event.data
+                    elif event.kind == streaming.ERROR:
+                        raise _execd_error(500, event.json(), route)
+                    else:
+                        answer = ExecAnswer.from_json(event.json())
+                        self.result = _run_result(answer)
+        except (streaming.StreamError, ProtocolError, ValueError) as exc:
+            self._conn.close()
+            raise SandmanClientError(0, "stream_broken", str(exc)) from exc
+        except BaseException:
+            self._conn.close()
+            raise
 
 
 @dataclass(frozen=True)
@@ -291,9 +391,7 @@ class Sandbox:
             conn.close()
         self._local = threading.local()
 
-    def _execd(
-        self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
-    ) -> tuple[int, dict[str, str], bytes]:
+    def _connection(self) -> _Connection:
         conn = self._conn
         if conn is None:
             host, port = _split_address(self.address)
@@ -301,6 +399,12 @@ class Sandbox:
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.append(conn)
+        return conn
+
+    def _execd(
+        self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = self._connection()
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         body = None
         if payload is not None:
@@ -374,17 +478,50 @@ class Sandbox:
         answer, _ = self._execd_json(
             ExecAnswer.from_json, "POST", "/exec", payload, timeout_s=timeout_s + 30.0
         )
-        return RunResult(
-            exit_code=answer.exit_code,
-            output=answer.output,
-            output_bytes=answer.output_bytes,
-            truncated=answer.truncated,
-            duration_ms=answer.duration_ms,
-            error=answer.error,
-            timed_out=answer.timed_out,
-            shell_restarted=answer.shell_restarted,
-            error_code=answer.error_code,
+        return _run_result(answer)
+
+    def stream(
+        self,
+        command: str,
+        *,
+        timeout_s: float = 300.0,
+        cwd: str | None = None,
+        isolate: bool = False,
+        max_output_bytes: int | None = None,
+    ) -> ExecStream:
+        """Run one command like ``run`` and iterate over its output as it comes
+        (``for chunk in sb.stream(cmd)``; then ``.result``). Without ``max_output_bytes``
+        up to the sandbox's per-call limit is streamed."""
+        payload = ExecRequest(
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            isolate=isolate or None,
+            max_output_bytes=max_output_bytes,
+            stream=True,
+        ).to_json()
+        conn = self._connection()
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": streaming.CONTENT_TYPE,
+            "Content-Type": "application/json",
+        }
+        response = conn.open(
+            "POST",
+            "/exec",
+            body=json.dumps(payload).encode(),
+            headers=headers,
+            timeout_s=timeout_s + 30.0,
         )
+        kind = (response.getheader("Content-Type") or "").split(";")[0].strip()
+        if response.status != 200 or kind != streaming.CONTENT_TYPE:
+            data = response.read()
+            decoded = _decode(response.status, data)
+            if response.status >= 400:
+                raise _execd_error(response.status, decoded, "POST /exec")
+            conn.close()
+            raise SandmanClientError(response.status, "bad_response", f"not a stream: {kind!r}")
+        return ExecStream(conn, response)
 
     def read(
         self, path: str, *, start_line: int | None = None, max_lines: int | None = None

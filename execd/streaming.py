@@ -1,0 +1,215 @@
+"""Streamed ``/exec`` answers (``stream: true``): the frame codec both sides share, the
+daemon's chunked writer and the capture that forwards output as it is drained.
+
+The answer is HTTP/1.1 ``200`` with ``Transfer-Encoding: chunked`` and ``Content-Type:
+application/vnd.sandman.exec-stream``; its body is a sequence of frames, each
+``<kind> <length>\\n<length bytes>``:
+
+* ``o``: output bytes, in the order the command wrote them (stdout and stderr joined);
+* ``x``: the final frame, once: the call's ``ExecAnswer`` as JSON (``output`` holds what
+  was not streamed - a syntax error's diagnostic - and ``output_bytes``,
+  ``dropped_bytes`` and ``truncated`` count the whole output);
+* ``e``: a final error frame ``{error, detail}`` when the daemon failed after the
+  answer had begun (a 500 can no longer be sent).
+
+Invariants a reader must not break:
+* The output cap still applies: at most ``cap`` bytes are streamed (the head); the
+  rest is drained, counted in ``dropped_bytes`` and never sent. Nothing is buffered for
+  the final frame, so a 100 MiB stream costs the daemon one read buffer, not 100 MiB.
+* The decoder is strict, like the status-frame parser: a malformed header, a frame of an
+  unknown kind, bytes after the final frame, or a body that ends without one is a
+  ``StreamError`` - a client never guesses an exit status from a cut-off stream.
+* A refusal decided before the command starts (400, 409 ``busy``) is a plain JSON
+  answer: the chunked head is written only with the first frame.
+* Python 3.8, standard library only (this file runs inside the sandbox's ``python3``).
+"""
+
+import json
+import re
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
+
+from .frames import OutputCapture
+
+CONTENT_TYPE = "application/vnd.sandman.exec-stream"
+OUTPUT, FINAL, ERROR = "o", "x", "e"
+MAX_FINAL_BYTES = 64 << 20  # a final frame is JSON of a capped answer
+MAX_OUTPUT_FRAME = 16 << 20  # the daemon sends at most one 1 MiB read per frame
+
+_HEAD = re.compile(rb"\A([oxe]) (0|[1-9][0-9]{0,9})\n")
+Chunk = Union[bytes, bytearray, memoryview]
+
+
+class StreamError(Exception):
+    """The stream is not a valid sequence of frames ending in exactly one final frame."""
+
+
+def frame(kind: str, payload: Chunk) -> bytes:
+    return b"%s %d\n" % (kind.encode("ascii"), len(payload)) + bytes(payload)
+
+
+def final_frame(answer: Dict[str, Any]) -> bytes:
+    return frame(FINAL, json.dumps(answer).encode())
+
+
+def error_frame(error: Dict[str, Any]) -> bytes:
+    return frame(ERROR, json.dumps(error).encode())
+
+
+class Event(NamedTuple):
+    kind: str  # OUTPUT, FINAL or ERROR
+    data: bytes  # output bytes, or the final frame's JSON text
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+class StreamDecoder:
+    """Accumulates the body's bytes across any number of reads; yields whole frames."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._need = None  # type: Optional[int]
+        self._kind = ""
+        self.finished = False
+
+    def feed(self, data: Chunk) -> List[Event]:
+        if self.finished and len(data):
+            raise StreamError("bytes after the final frame")
+        self._buf += data
+        events = []  # type: List[Event]
+        while not self.finished:
+            if self._need is None:
+                end = self._buf.find(b"\n", 0, 16)
+                if end < 0:
+                    if len(self._buf) >= 16:
+                        raise StreamError("malformed frame header %r" % bytes(self._buf[:16]))
+                    break
+                m = _HEAD.match(bytes(self._buf[: end + 1]))
+                if m is None:
+                    raise StreamError("malformed frame header %r" % bytes(self._buf[: end + 1]))
+                self._kind = m.group(1).decode("ascii")
+                self._need = int(m.group(2))
+                limit = MAX_OUTPUT_FRAME if self._kind == OUTPUT else MAX_FINAL_BYTES
+                if self._need > limit:
+                    raise StreamError(
+                        "a %r frame of %d bytes is too long" % (self._kind, self._need)
+                    )
+                del self._buf[: end + 1]
+            if len(self._buf) < self._need:
+                break
+            payload = bytes(self._buf[: self._need])
+            del self._buf[: self._need]
+            self._need = None
+            events.append(Event(self._kind, payload))
+            if self._kind != OUTPUT:
+                self.finished = True
+                if self._buf:
+                    raise StreamError("bytes after the final frame")
+        return events
+
+    def close(self) -> None:
+        """The body ended: raises unless it ended right after the final frame."""
+        if not self.finished:
+            raise StreamError("the stream ended without its final frame")
+
+
+def decode(chunks: Iterator[bytes]) -> Iterator[Event]:
+    """Every frame of a body read in ``chunks``, checked to the end."""
+    decoder = StreamDecoder()
+    for chunk in chunks:
+        for event in decoder.feed(chunk):
+            yield event
+    decoder.close()
+
+
+# -- the daemon's side ----------------------------------------------------------------------
+
+
+class StreamCapture:
+    """What ``Shell`` feeds output to in stream mode: the first ``cap`` bytes go to
+    ``sink`` as ``o`` frames as they are read, the rest is only counted. Reads the same
+    as ``frames.OutputCapture`` for the final answer (``text`` is empty: it was sent)."""
+
+    def __init__(self, cap: int, sink: Callable[[bytes], None], scrub: Callable[[bytes], bytes]):
+        self.cap = cap
+        self.sink = sink
+        self.scrub = scrub
+        self.total = 0
+        self.sent = 0
+
+    def feed(self, chunk: Chunk) -> None:
+        n = len(chunk)
+        self.total += n
+        room = self.cap - self.sent
+        if room <= 0 or not n:
+            return
+        part = chunk[:room] if n > room else chunk
+        self.sent += len(part)
+        self.sink(frame(OUTPUT, self.scrub(bytes(part))))
+
+    @property
+    def dropped(self) -> int:
+        return self.total - self.sent
+
+    def text(self) -> str:
+        return ""
+
+
+def capture_for(
+    cap: int, sink: Optional[Callable[[bytes], None]], scrub: Callable[[bytes], bytes]
+) -> Any:
+    """The capture for one command: streamed when a sink is given, else head + tail."""
+    return OutputCapture(cap) if sink is None else StreamCapture(cap, sink, scrub)
+
+
+class Streamed(NamedTuple):
+    """What ``App.exec`` returns for ``stream: true``: ``run(sink)`` runs the command,
+    sending ``o`` frames through ``sink``, and returns the final answer's JSON."""
+
+    run: Callable[[Callable[[bytes], None]], Dict[str, Any]]
+
+
+class ChunkedAnswer:
+    """A ``200`` chunked answer written through ``write`` (the connection's socket writer);
+    the head goes out with the first frame, so a refusal before it is still plain JSON."""
+
+    def __init__(self, write: Callable[[bytes], None], close_connection: bool) -> None:
+        self._write = write
+        self._close = close_connection
+        self.started = False
+        self.broken = False  # the client went away: the command still runs to its end
+        self.sent_bytes = 0
+
+    def _head(self) -> bytes:
+        lines = [
+            "HTTP/1.1 200 OK",
+            "Content-Type: " + CONTENT_TYPE,
+            "Transfer-Encoding: chunked",
+            "Cache-Control: no-store",
+        ]
+        if self._close:
+            lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    def send(self, data: bytes) -> None:
+        """One frame as one HTTP chunk (one socket write). A failed write drops this and
+        every later frame instead of raising into the shell's drain loop: the command
+        finishes as it would for a client that hung up on a plain call."""
+        parts = [b"%x\r\n" % len(data), data, b"\r\n"]
+        if not self.started:
+            parts.insert(0, self._head())
+            self.started = True
+        self._put(b"".join(parts))
+        self.sent_bytes += len(data)
+
+    def finish(self, last_frame: bytes) -> None:
+        self.send(last_frame)
+        self._put(b"0\r\n\r\n")
+
+    def _put(self, data: bytes) -> None:
+        if self.broken:
+            return
+        try:
+            self._write(data)
+        except OSError:
+            self.broken = True
