@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 
 from . import __version__, probe
 from .config import Config
+from .idempotency import KeyTable
 from .procs import Cgroup, ProcessTracker, Reaper, set_child_subreaper
 from .protocol import (
     EnvAnswer,
@@ -87,6 +88,7 @@ class App:
             cfg.output_cap,
             cfg.test_hooks,
         )
+        self.keys = KeyTable(cfg.idempotency_keys, cfg.idempotency_ttl)
         self._state_lock = threading.Lock()
         self._lazy_lock = threading.Lock()
         self._files = None  # type: Optional[Any]

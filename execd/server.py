@@ -31,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from . import __version__, limits, protocol, streaming
+from . import __version__, idempotency, limits, protocol, streaming
 from .app import App
 from .wire import ApiError
 
@@ -304,11 +304,27 @@ class Handler(BaseHTTPRequestHandler):
                     )
                 raise ApiError(404, "not_found", "no route %s" % path)
             body = _decode(raw)
-            result = getattr(app, route.handler)(body)
-            if isinstance(result, streaming.Streamed):
-                self.send_stream(result)
-            else:
-                self.send_json(200, result)
+            ticket = idempotency.claim(
+                app.keys,
+                self.headers.get(idempotency.HEADER),
+                (method, path, raw),
+                lambda: self.server.stopping,  # type: ignore[attr-defined]
+            )
+            if isinstance(ticket, idempotency.Recorded):
+                self.send_recorded(ticket)
+                return
+            try:
+                result = getattr(app, route.handler)(body)
+                if isinstance(result, streaming.Streamed):
+                    self.send_stream(result, ticket)
+                else:
+                    data = json.dumps(result).encode()
+                    if ticket is not None:  # recorded before it is sent: a cut loses nothing
+                        ticket.finish(idempotency.Recorded(200, "json", data))
+                    self.send_body(200, data)
+            finally:
+                if ticket is not None:
+                    ticket.abandon()  # refused or failed (a no-op once finished)
         except ApiError as e:
             self.send_json(e.status, e.body())
         except Exception as e:  # the one place that turns a bug into a 500, logged
@@ -351,12 +367,16 @@ class Handler(BaseHTTPRequestHandler):
         return raw
 
     def send_json(self, status: int, obj: Dict[str, Any]) -> None:
-        body = json.dumps(obj).encode()
+        self.send_body(status, json.dumps(obj).encode())
+
+    def send_body(self, status: int, body: bytes, replayed: bool = False) -> None:
         head = [
             "HTTP/1.1 %d %s" % (status, _REASONS.get(status, "Error")),
             "Content-Type: application/json",
             "Content-Length: %d" % len(body),
         ]
+        if replayed:
+            head.append(idempotency.REPLAYED + ": true")
         if status == 401:
             head.append("WWW-Authenticate: Bearer")
         if self.close_connection:
@@ -364,27 +384,17 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         self.log_request(status, len(body))
 
-    def send_stream(self, streamed: streaming.Streamed) -> None:
-        """A ``stream: true`` answer (streaming.py). An error before the first frame is
-        raised to ``_dispatch`` (a plain JSON answer); after it, it ends the stream as an
-        ``e`` frame."""
-        out = streaming.ChunkedAnswer(self.wfile.write, self.close_connection)
-        try:
-            answer = streamed.run(out.send)
-        except ApiError as e:
-            if not out.started:
-                raise
-            last = streaming.error_frame(e.body())
-        except Exception as e:
-            if not out.started:
-                raise
-            log.exception("streamed /exec failed")
-            last = streaming.error_frame(_error("internal", "%s: %s" % (type(e).__name__, e)))
+    def send_recorded(self, answer: idempotency.Recorded) -> None:
+        """A repeated Idempotency-Key: the first call's answer (a stream's final frame)."""
+        if answer.kind == "json":
+            self.send_body(answer.status, answer.body, replayed=True)
         else:
-            last = streaming.final_frame(answer)
-        out.finish(last)
-        if out.broken:
-            self.close_connection = True
+            sent = streaming.replay(self.wfile.write, self.close_connection, answer.body)
+            self.log_request(answer.status, sent)
+
+    def send_stream(self, streamed: streaming.Streamed, ticket: Optional[Any]) -> None:
+        out = streaming.respond(streamed, self.wfile.write, self.close_connection, ticket)
+        self.close_connection = self.close_connection or out.broken
         self.log_request(200, out.sent_bytes)
 
 

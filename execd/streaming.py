@@ -25,10 +25,16 @@ Invariants a reader must not break:
 """
 
 import json
+import logging
 import re
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from .frames import OutputCapture
+from .idempotency import REPLAYED, Recorded, Ticket
+from .protocol import ErrorAnswer
+from .wire import ApiError
+
+log = logging.getLogger("execd.streaming")
 
 CONTENT_TYPE = "application/vnd.sandman.exec-stream"
 OUTPUT, FINAL, ERROR = "o", "x", "e"
@@ -173,9 +179,12 @@ class ChunkedAnswer:
     """A ``200`` chunked answer written through ``write`` (the connection's socket writer);
     the head goes out with the first frame, so a refusal before it is still plain JSON."""
 
-    def __init__(self, write: Callable[[bytes], None], close_connection: bool) -> None:
+    def __init__(
+        self, write: Callable[[bytes], Any], close_connection: bool, headers: Tuple[str, ...] = ()
+    ) -> None:
         self._write = write
         self._close = close_connection
+        self._headers = headers
         self.started = False
         self.broken = False  # the client went away: the command still runs to its end
         self.sent_bytes = 0
@@ -186,7 +195,7 @@ class ChunkedAnswer:
             "Content-Type: " + CONTENT_TYPE,
             "Transfer-Encoding: chunked",
             "Cache-Control: no-store",
-        ]
+        ] + list(self._headers)
         if self._close:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
@@ -213,3 +222,40 @@ class ChunkedAnswer:
             self._write(data)
         except OSError:
             self.broken = True
+
+
+def respond(
+    streamed: Streamed,
+    write: Callable[[bytes], Any],
+    close_connection: bool,
+    ticket: Optional[Ticket],
+) -> ChunkedAnswer:
+    """Run a ``stream: true`` call and answer it. An error before the first frame is
+    raised (the server answers it as plain JSON); after it, it ends the stream as an ``e``
+    frame. A ``ticket`` (Idempotency-Key) records the last frame before it is sent."""
+    out = ChunkedAnswer(write, close_connection)
+    try:
+        answer = streamed.run(out.send)
+    except ApiError as e:
+        if not out.started:
+            raise
+        last = error_frame(e.body())
+    except Exception as e:
+        if not out.started:
+            raise
+        log.exception("streamed /exec failed")
+        last = error_frame(ErrorAnswer("internal", "%s: %s" % (type(e).__name__, e)).to_json())
+    else:
+        last = final_frame(answer)
+    if ticket is not None:
+        ticket.finish(Recorded(200, "stream", last))
+    out.finish(last)
+    return out
+
+
+def replay(write: Callable[[bytes], Any], close_connection: bool, last_frame: bytes) -> int:
+    """A retried streamed call's recorded answer: only its final frame (the output frames
+    went to the first call's connection and are not kept)."""
+    out = ChunkedAnswer(write, close_connection, (REPLAYED + ": true",))
+    out.finish(last_frame)
+    return out.sent_bytes

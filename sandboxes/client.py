@@ -24,6 +24,10 @@ Rules a reader must not break:
   ``Idempotency-Key`` (one per call) and are retried on connection errors and timeouts
   with that same key: the service answers a retry with the first call's sandbox, never a
   second one, and a retried release is a no-op.
+* Every mutating execd call (each POST but the file reads) carries its own
+  ``Idempotency-Key`` and is resent with it after a connection error or timeout: execd
+  answers the resend with the first call's answer (waiting while it runs), so a command
+  cut off in flight runs once. ``Sandbox.stream`` is not resent (its output is gone).
 * A ``Sandbox`` is safe to share between threads: each thread talks to execd on its own
   connection (execd answers a second concurrent command 409 ``busy``).
 * A sandbox the service took back (its lifetime ran out, or its backend lost it) raises
@@ -67,6 +71,8 @@ from execd.protocol import (
 T = TypeVar("T")
 
 _RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+# execd's POST routes that change nothing (execd.idempotency.READS): sent without a key.
+_EXECD_READS = frozenset(["/files/read", "/files/read_bytes"])
 
 
 class SandmanClientError(Exception):
@@ -410,12 +416,20 @@ class Sandbox:
         if payload is not None:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
-        try:
-            return conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
-        except SandmanClientError as exc:
-            if exc.status == 0 and exc.code == "connection_failed":
-                self._raise_if_reclaimed(exc)
-            raise
+        keyed = method == "POST" and path not in _EXECD_READS
+        if keyed:  # execd runs a keyed call once: a resend after a cut cannot run it twice
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        for attempt in range(self.client.RETRIES + 1):
+            try:
+                return conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
+            except SandmanClientError as exc:
+                lost = exc.status == 0 and exc.code in ("connection_failed", "timeout")
+                if not (keyed and lost) or attempt == self.client.RETRIES:
+                    if exc.status == 0 and exc.code == "connection_failed":
+                        self._raise_if_reclaimed(exc)
+                    raise
+                time.sleep(0.1 * 2**attempt)  # back off: execd may be busy accepting
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _raise_if_reclaimed(self, cause: SandmanClientError) -> None:
         """execd is unreachable: if the service no longer counts the sandbox as ours,
