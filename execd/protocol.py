@@ -18,6 +18,11 @@ Rules a reader must not break:
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from .background_protocol import BackgroundHandle as BackgroundHandle
+from .background_protocol import BackgroundStatus as BackgroundStatus
+from .background_protocol import SignalAnswer as SignalAnswer
+from .background_protocol import SignalRequest as SignalRequest
+from .background_protocol import route_template as route_template
 from .shapes import ProtocolError as ProtocolError  # clients catch it from here
 from .shapes import answer, as_json
 
@@ -370,4 +375,6 @@ ROUTES: Dict[Tuple[str, str], Route] = {
     ("POST", "/state/check"): Route(StateRequest, CheckAnswer),
     ("POST", "/state/restore"): Route(StateRequest, RestoreAnswer),
     ("GET", "/probe"): Route(None, ProbeAnswer),
+    ("GET", "/exec/{id}"): Route(None, BackgroundStatus),
+    ("POST", "/exec/{id}/signal"): Route(SignalRequest, SignalAnswer),
 }

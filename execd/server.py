@@ -56,6 +56,8 @@ HANDLERS = {
     ("POST", "/state/check"): "state_check",
     ("POST", "/state/restore"): "state_restore",
     ("GET", "/probe"): "probe",
+    ("GET", "/exec/{id}"): "exec_poll",  # templated: the handler gets (body, id, query)
+    ("POST", "/exec/{id}/signal"): "exec_signal",
 }
 # Every route the protocol declares, with its auth rule from there (a KeyError at import
 # if a declared route has no handler).
@@ -290,7 +292,8 @@ class Handler(BaseHTTPRequestHandler):
                     "send the token as Authorization: Bearer <token>, never in the URL",
                 )
             raw = self._read_body(app.cfg.max_body_bytes)
-            route = ROUTES.get((method, path))
+            template, ident = protocol.route_template(path)
+            route = ROUTES.get((method, template))
             credentials = self.headers.get("Authorization")
             # /health needs no token (a kubelet probe sends none), but one that is sent is
             # checked: a caller can tell its own sandbox from another on a reused address.
@@ -298,7 +301,7 @@ class Handler(BaseHTTPRequestHandler):
             if checked and not app.authorized(credentials):
                 raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
             if route is None:
-                if path in PATHS:
+                if template in PATHS:
                     raise ApiError(
                         405, "method_not_allowed", "%s does not take %s" % (path, method)
                     )
@@ -314,7 +317,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_recorded(ticket)
                 return
             try:
-                result = getattr(app, route.handler)(body)
+                args = (body,) if ident is None else (body, ident, query)
+                result = getattr(app, route.handler)(*args)
                 if isinstance(result, streaming.Streamed):
                     self.send_stream(result, ticket)
                 else:
@@ -387,10 +391,9 @@ class Handler(BaseHTTPRequestHandler):
     def send_recorded(self, answer: idempotency.Recorded) -> None:
         """A repeated Idempotency-Key: the first call's answer (a stream's final frame)."""
         if answer.kind == "json":
-            self.send_body(answer.status, answer.body, replayed=True)
-        else:
-            sent = streaming.replay(self.wfile.write, self.close_connection, answer.body)
-            self.log_request(answer.status, sent)
+            return self.send_body(answer.status, answer.body, replayed=True)
+        sent = streaming.replay(self.wfile.write, self.close_connection, answer.body)
+        self.log_request(answer.status, sent)
 
     def send_stream(self, streamed: streaming.Streamed, ticket: Optional[Any]) -> None:
         out = streaming.respond(streamed, self.wfile.write, self.close_connection, ticket)

@@ -51,6 +51,8 @@ from urllib.parse import urlencode, urlsplit
 
 from execd import streaming
 from execd.protocol import (
+    BackgroundHandle,
+    BackgroundStatus,
     EnvAnswer,
     EnvRequest,
     ErrorAnswer,
@@ -64,6 +66,8 @@ from execd.protocol import (
     ReadBytesRequest,
     ReadRequest,
     ResetAnswer,
+    SignalAnswer,
+    SignalRequest,
     WriteAnswer,
     WriteRequest,
 )
@@ -302,6 +306,40 @@ class ExecStream:
             raise
 
 
+class BackgroundCommand:
+    """A command started with ``Sandbox.start``: it runs beside the sandbox's shell.
+    ``poll(offset)`` reads its status and output from byte ``offset``; ``signal`` reaches
+    its process group; ``wait`` polls until it ended."""
+
+    def __init__(self, sandbox: Sandbox, handle: BackgroundHandle) -> None:
+        self.sandbox = sandbox
+        self.id = handle.id
+        self.pid = handle.pid
+
+    def __repr__(self) -> str:
+        return f"<BackgroundCommand {self.id} pid {self.pid}>"
+
+    def poll(self, offset: int = 0, max_bytes: int | None = None) -> BackgroundStatus:
+        query = {"offset": offset} | ({} if max_bytes is None else {"max_bytes": max_bytes})
+        path = f"/exec/{self.id}?{urlencode(query)}"
+        return self.sandbox._execd_json(BackgroundStatus.from_json, "GET", path)[0]
+
+    def signal(self, signal: str | int = "TERM") -> int:
+        """Send ``signal`` (a name like ``INT`` or a number) to its process group."""
+        payload = SignalRequest(signal).to_json()
+        path = f"/exec/{self.id}/signal"
+        return self.sandbox._execd_json(SignalAnswer.from_json, "POST", path, payload)[0].signal
+
+    def wait(self, *, timeout_s: float = 300.0, poll_s: float = 0.05) -> BackgroundStatus:
+        """Poll until it ended; its whole kept output is then in ``output``."""
+        end = time.monotonic() + timeout_s
+        while (status := self.poll()).running:
+            if time.monotonic() > end:
+                raise SandmanClientError(0, "wait_timeout", f"{self!r} still runs")
+            time.sleep(poll_s)
+        return status
+
+
 @dataclass(frozen=True)
 class ReadResult:
     content: str
@@ -536,6 +574,26 @@ class Sandbox:
             conn.close()
             raise SandmanClientError(response.status, "bad_response", f"not a stream: {kind!r}")
         return ExecStream(conn, response)
+
+    def start(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> BackgroundCommand:
+        """Start ``command`` in the background (a fresh ``bash -c`` beside the shell, with
+        the environment the shell started with); no timeout unless ``timeout_s``."""
+        payload = ExecRequest(
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            max_output_bytes=max_output_bytes,
+            background=True,
+        ).to_json()
+        handle, _ = self._execd_json(BackgroundHandle.from_json, "POST", "/exec", payload)
+        return BackgroundCommand(self, handle)
 
     def read(
         self, path: str, *, start_line: int | None = None, max_lines: int | None = None

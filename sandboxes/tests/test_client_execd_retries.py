@@ -192,3 +192,21 @@ def test_a_stream_cut_short_raises_instead_of_guessing_a_status(execd_at: Any) -
     finally:
         (ws / "gate").touch()
         proxy.close()
+
+
+def test_the_client_starts_polls_and_signals_a_background_command(execd_at: Any) -> None:
+    address, ws = execd_at
+    sb = sandbox_at(f"{address[0]}:{address[1]}")
+    command = sb.start("echo up; while [ ! -e gate ]; do sleep 0.01; done; echo down")
+    assert sb.run("echo free").output == "free\n"  # the shell is not held
+    _until(lambda: command.poll().output == "up\n", "the first line")
+    (ws / "gate").touch()
+    done = command.wait(timeout_s=30)
+    assert (done.exit_code, done.output, done.running) == (0, "up\ndown\n", False)
+    assert command.poll(offset=3).output == "down\n"
+    sleeper = sb.start("sleep 300")
+    assert sleeper.signal("INT") == 2
+    assert sleeper.wait(timeout_s=30).signal == 2
+    with pytest.raises(SandmanClientError) as gone:
+        sleeper.signal()
+    assert (gone.value.status, gone.value.code) == (409, "not_running")
