@@ -392,11 +392,11 @@ class Handler(BaseHTTPRequestHandler):
         """A repeated Idempotency-Key: the first call's answer (a stream's final frame)."""
         if answer.kind == "json":
             return self.send_body(answer.status, answer.body, replayed=True)
-        sent = streaming.replay(self.wfile.write, self.close_connection, answer.body)
+        sent = streaming.replay(self.request, self.close_connection, answer.body)
         self.log_request(answer.status, sent)
 
     def send_stream(self, streamed: streaming.Streamed, ticket: Optional[Any]) -> None:
-        out = streaming.respond(streamed, self.wfile.write, self.close_connection, ticket)
+        out = streaming.respond(streamed, self.request, self.close_connection, ticket)
         self.close_connection = self.close_connection or out.broken
         self.log_request(200, out.sent_bytes)
 

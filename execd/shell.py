@@ -25,7 +25,7 @@ from .bashproc import BashProcess
 from .frames import FrameError, FrameParser, OutputCapture
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
-from .streaming import capture_for
+from .streaming import Sink, capture_for
 from .timeouts import Timeout
 
 if TYPE_CHECKING:  # names used in annotations only
@@ -158,7 +158,7 @@ class Shell:
         hooks: Optional[Dict[str, Any]] = None,
         isolate: bool = False,
         output_cap: Optional[int] = None,
-        sink: Optional[Callable[[bytes], None]] = None,
+        sink: Optional[Sink] = None,
     ) -> ExecAnswer:
         """``cwd`` for this call only; ``isolate``: in a subshell; ``output_cap``: this
         call's cap on kept output bytes (execd's --output-cap when None); ``sink``: stream
@@ -178,7 +178,7 @@ class Shell:
         hooks: Dict[str, Any],
         isolate: bool = False,
         output_cap: Optional[int] = None,
-        sink: Optional[Callable[[bytes], None]] = None,
+        sink: Optional[Sink] = None,
     ) -> ExecAnswer:
         started = self.clock()
         restarted = False

@@ -43,6 +43,7 @@ MAX_OUTPUT_FRAME = 16 << 20  # the daemon sends at most one 1 MiB read per frame
 
 _HEAD = re.compile(rb"\A([oxe]) (0|[1-9][0-9]{0,9})\n")
 Chunk = Union[bytes, bytearray, memoryview]
+Sink = Callable[[List[Chunk]], None]  # one frame as buffers, sent before the call returns
 
 
 class StreamError(Exception):
@@ -70,29 +71,36 @@ class Event(NamedTuple):
 
 
 class StreamDecoder:
-    """Accumulates the body's bytes across any number of reads; yields whole frames."""
+    """Accumulates the body's bytes across any number of reads; yields whole frames.
+    A payload inside one read costs one copy (its slice); only a header split across two
+    reads is joined."""
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        self._head = b""  # a header cut by the end of a read
         self._need = None  # type: Optional[int]
         self._kind = ""
+        self._parts = []  # type: List[bytes]
         self.finished = False
 
     def feed(self, data: Chunk) -> List[Event]:
-        if self.finished and len(data):
-            raise StreamError("bytes after the final frame")
-        self._buf += data
+        data = bytes(data)
+        if self._head:
+            data, self._head = self._head + data, b""
         events = []  # type: List[Event]
-        while not self.finished:
+        pos, n = 0, len(data)
+        while pos < n:
+            if self.finished:
+                raise StreamError("bytes after the final frame")
             if self._need is None:
-                end = self._buf.find(b"\n", 0, 16)
+                end = data.find(b"\n", pos, pos + 16)
                 if end < 0:
-                    if len(self._buf) >= 16:
-                        raise StreamError("malformed frame header %r" % bytes(self._buf[:16]))
+                    if n - pos >= 16:
+                        raise StreamError("malformed frame header %r" % data[pos : pos + 16])
+                    self._head = data[pos:]
                     break
-                m = _HEAD.match(bytes(self._buf[: end + 1]))
+                m = _HEAD.match(data[pos : end + 1])
                 if m is None:
-                    raise StreamError("malformed frame header %r" % bytes(self._buf[: end + 1]))
+                    raise StreamError("malformed frame header %r" % data[pos : end + 1])
                 self._kind = m.group(1).decode("ascii")
                 self._need = int(m.group(2))
                 limit = MAX_OUTPUT_FRAME if self._kind == OUTPUT else MAX_FINAL_BYTES
@@ -100,22 +108,23 @@ class StreamDecoder:
                     raise StreamError(
                         "a %r frame of %d bytes is too long" % (self._kind, self._need)
                     )
-                del self._buf[: end + 1]
-            if len(self._buf) < self._need:
-                break
-            payload = bytes(self._buf[: self._need])
-            del self._buf[: self._need]
-            self._need = None
-            events.append(Event(self._kind, payload))
-            if self._kind != OUTPUT:
-                self.finished = True
-                if self._buf:
-                    raise StreamError("bytes after the final frame")
+                pos = end + 1
+            take = min(self._need, n - pos)
+            if take:
+                self._parts.append(data if take == n else data[pos : pos + take])
+                pos += take
+                self._need -= take
+            if self._need == 0:
+                parts, self._parts = self._parts, []
+                payload = parts[0] if len(parts) == 1 else b"".join(parts)
+                events.append(Event(self._kind, payload))
+                self._need = None
+                self.finished = self._kind != OUTPUT
         return events
 
     def close(self) -> None:
         """The body ended: raises unless it ended right after the final frame."""
-        if not self.finished:
+        if not self.finished or self._head:
             raise StreamError("the stream ended without its final frame")
 
 
@@ -136,7 +145,7 @@ class StreamCapture:
     ``sink`` as ``o`` frames as they are read, the rest is only counted. Reads the same
     as ``frames.OutputCapture`` for the final answer (``text`` is empty: it was sent)."""
 
-    def __init__(self, cap: int, sink: Callable[[bytes], None], scrub: Callable[[bytes], bytes]):
+    def __init__(self, cap: int, sink: "Sink", scrub: Callable[[Chunk], Chunk]):
         self.cap = cap
         self.sink = sink
         self.scrub = scrub
@@ -151,7 +160,7 @@ class StreamCapture:
             return
         part = chunk[:room] if n > room else chunk
         self.sent += len(part)
-        self.sink(frame(OUTPUT, self.scrub(bytes(part))))
+        self.sink([b"%s %d\n" % (OUTPUT.encode(), len(part)), self.scrub(part)])
 
     @property
     def dropped(self) -> int:
@@ -161,9 +170,7 @@ class StreamCapture:
         return ""
 
 
-def capture_for(
-    cap: int, sink: Optional[Callable[[bytes], None]], scrub: Callable[[bytes], bytes]
-) -> Any:
+def capture_for(cap: int, sink: "Optional[Sink]", scrub: Callable[[Chunk], Chunk]) -> Any:
     """The capture for one command: streamed when a sink is given, else head + tail."""
     return OutputCapture(cap) if sink is None else StreamCapture(cap, sink, scrub)
 
@@ -172,15 +179,32 @@ class Streamed(NamedTuple):
     """What ``App.exec`` returns for ``stream: true``: ``run(sink)`` runs the command,
     sending ``o`` frames through ``sink``, and returns the final answer's JSON."""
 
-    run: Callable[[Callable[[bytes], None]], Dict[str, Any]]
+    run: Callable[["Sink"], Dict[str, Any]]
+
+
+def send_all(sock: Any, parts: List[Chunk]) -> None:
+    """``sendall`` of several buffers in one ``sendmsg`` where the kernel takes them all
+    (no joined copy of a 1 MiB output chunk)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        sent = sock.sendmsg(views)
+        while sent:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0], sent = views[0][sent:], 0
 
 
 class ChunkedAnswer:
-    """A ``200`` chunked answer written through ``write`` (the connection's socket writer);
-    the head goes out with the first frame, so a refusal before it is still plain JSON."""
+    """A ``200`` chunked answer written through ``write`` (``send_all`` on the connection's
+    socket); the head goes out with the first frame, so a refusal before it is still plain
+    JSON."""
 
     def __init__(
-        self, write: Callable[[bytes], Any], close_connection: bool, headers: Tuple[str, ...] = ()
+        self,
+        write: Callable[[List[Chunk]], Any],
+        close_connection: bool,
+        headers: Tuple[str, ...] = (),
     ) -> None:
         self._write = write
         self._close = close_connection
@@ -200,40 +224,37 @@ class ChunkedAnswer:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
-    def send(self, data: bytes) -> None:
-        """One frame as one HTTP chunk (one socket write). A failed write drops this and
-        every later frame instead of raising into the shell's drain loop: the command
-        finishes as it would for a client that hung up on a plain call."""
-        parts = [b"%x\r\n" % len(data), data, b"\r\n"]
+    def send(self, frame_parts: List[Chunk], last: bool = False) -> None:
+        """One frame (given as buffers) as one HTTP chunk, in one socket write. A failed
+        write drops this and every later frame instead of raising into the shell's drain
+        loop: the command finishes as it would for a client that hung up on a plain call."""
+        size = sum(len(p) for p in frame_parts)
+        parts = [b"%x\r\n" % size] + frame_parts + [b"\r\n0\r\n\r\n" if last else b"\r\n"]
         if not self.started:
             parts.insert(0, self._head())
             self.started = True
-        self._put(b"".join(parts))
-        self.sent_bytes += len(data)
-
-    def finish(self, last_frame: bytes) -> None:
-        self.send(last_frame)
-        self._put(b"0\r\n\r\n")
-
-    def _put(self, data: bytes) -> None:
+        self.sent_bytes += size
         if self.broken:
             return
         try:
-            self._write(data)
+            self._write(parts)
         except OSError:
             self.broken = True
+
+    def finish(self, last_frame: bytes) -> None:
+        self.send([last_frame], last=True)
 
 
 def respond(
     streamed: Streamed,
-    write: Callable[[bytes], Any],
+    sock: Any,
     close_connection: bool,
     ticket: Optional[Ticket],
 ) -> ChunkedAnswer:
     """Run a ``stream: true`` call and answer it. An error before the first frame is
     raised (the server answers it as plain JSON); after it, it ends the stream as an ``e``
     frame. A ``ticket`` (Idempotency-Key) records the last frame before it is sent."""
-    out = ChunkedAnswer(write, close_connection)
+    out = ChunkedAnswer(lambda parts: send_all(sock, parts), close_connection)
     try:
         answer = streamed.run(out.send)
     except ApiError as e:
@@ -253,9 +274,11 @@ def respond(
     return out
 
 
-def replay(write: Callable[[bytes], Any], close_connection: bool, last_frame: bytes) -> int:
+def replay(sock: Any, close_connection: bool, last_frame: bytes) -> int:
     """A retried streamed call's recorded answer: only its final frame (the output frames
     went to the first call's connection and are not kept)."""
-    out = ChunkedAnswer(write, close_connection, (REPLAYED + ": true",))
+    out = ChunkedAnswer(
+        lambda parts: send_all(sock, parts), close_connection, (REPLAYED + ": true",)
+    )
     out.finish(last_frame)
     return out.sent_bytes

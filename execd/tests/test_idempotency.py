@@ -181,3 +181,23 @@ def test_recorded_bytes_are_bounded() -> None:
     _settle(table, "b", b"123456")  # 12 bytes > 10: the older answer goes
     assert isinstance(table.begin("a", FP), Ticket)
     assert isinstance(table.begin("b", FP), Recorded)
+
+
+def test_a_repeated_key_of_a_streamed_call_replays_only_its_final_frame(execd: Execd) -> None:
+    from execd import streaming
+
+    body = json.dumps({"command": "echo ran >> counter; echo out", "stream": True}).encode()
+    headers = {"Authorization": "Bearer " + TOKEN, "Idempotency-Key": "s-1"}
+    answers = []
+    for _ in range(2):
+        conn = http.client.HTTPConnection("127.0.0.1", execd.port, timeout=30)
+        conn.request("POST", "/exec", body=body, headers=headers)
+        resp = conn.getresponse()
+        events = list(streaming.decode(iter([resp.read()])))
+        answers.append((resp.getheader(idempotency.REPLAYED), events))
+        conn.close()
+    (first_header, first), (again_header, again) = answers
+    assert first_header is None and [e.kind for e in first] == ["o", "x"]
+    assert again_header == "true" and again == first[-1:]  # the same final frame, no output
+    with open(os.path.join(execd.workspace, "counter")) as f:
+        assert f.read() == "ran\n"
