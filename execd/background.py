@@ -14,6 +14,9 @@ Invariants a reader must not break:
   chatty server can neither block on a full pipe nor fill the disk.
 * The process is started through ``Reaper.spawn`` (the reaper never steals its exit
   status) and waited for by its own thread, which forgets it in the reaper afterwards.
+* A command reads as ended only once its output pipe reached EOF (or 5 s after its exit,
+  when a process it left behind holds the pipe), so a poll that says ``running: false``
+  has everything the command itself wrote.
 * Only a RUNNING command is signalled (its pid cannot have been reused: it is unreaped
   or still waited for); signalling a finished one is 409 ``not_running``.
 * At most ``max_running`` run at once (429 beyond); finished records are kept up to
@@ -145,6 +148,10 @@ class Background:
             self._kill_group(job)
         finally:
             self.reaper.forget(job.proc.pid)
+            # What it wrote before exiting is in the pipe: let the drain reach EOF before the
+            # command reads as ended (bounded: a child it left behind may hold the pipe, and
+            # what that child writes later still arrives).
+            job.threads[0].join(5.0)
             job.ended = self.clock()
             job.done.set()
 
