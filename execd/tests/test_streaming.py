@@ -147,3 +147,20 @@ def test_a_stream_cut_before_its_final_frame_is_an_error() -> None:
     assert decoder.feed(b"o 2\nhi") == [streaming.Event("o", b"hi")]
     with pytest.raises(streaming.StreamError, match="without its final frame"):
         decoder.close()
+
+
+def test_a_streamed_command_that_times_out_ends_with_a_timed_out_final_frame(
+    execd: Execd,
+) -> None:
+    command = "printf partial; sleep 30"
+    body = {"command": command, "stream": True, "timeout_s": 0.5}
+    plain = execd.client().exec(command, timeout_s=0.5)
+    conn, resp = _open(execd, body)
+    events = _events(resp)
+    streamed = b"".join(e.data for e in events if e.kind == "o")
+    assert streamed.startswith(b"partial")
+    assert streamed.decode() == plain["output"]  # what a plain call answers, bash's notice too
+    final = events[-1].json()
+    assert (final["exit_code"], final["timed_out"], final["error_code"]) == (124, True, "timeout")
+    assert final["shell_restarted"] is False
+    conn.close()
