@@ -6,7 +6,12 @@ hits both alike):
   (token check and syntax check included, as in production);
 - N ``subprocess.run(["bash", "-c", "echo hi"])``, the fork-per-command baseline.
 - N ``echo hi`` with ``isolate: true`` (issue 14), interleaved with the plain calls.
-Also reports the RSS of an idle execd and the latency of a 1 MiB answer.
+- N ``echo hi`` with ``stream: true`` (issue 14), read and decoded frame by frame as the
+  trainer client does, interleaved with the plain calls.
+Also reports the RSS of an idle execd, the latency of a 1 MiB answer, and a 100 MiB
+streamed output: its rate to the client and execd's peak RSS meanwhile (VmHWM after
+resetting it through /proc/PID/clear_refs, plus VmRSS sampled every 10 ms), beside a
+``bash -c`` whose pipe the benchmark drains itself.
 
 Writes bench/results/execd_latency.json and prints it.
 Usage: python bench/execd_latency.py [--calls 1000] [--block 50]
@@ -30,6 +35,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "results", "execd_latency.json")
 ONE_MIB_CMD = "head -c 1048576 /dev/zero | tr '\\0' x"
+STREAM_MIB = 100
+STREAM_CMD = f"head -c {STREAM_MIB << 20} /dev/zero"
+
+sys.path.insert(0, REPO)
+from execd import streaming  # noqa: E402  (the frame decoder the client uses)
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -83,6 +93,8 @@ class Execd:
                 token_file,
                 "--workspace",
                 ws,
+                "--max-output-bytes",  # room for the 100 MiB stream; plain calls unchanged
+                str(128 << 20),
             ],
             stdout=subprocess.PIPE,
             env=env,
@@ -101,6 +113,27 @@ class Execd:
         assert resp.status == 200 and body["exit_code"] == 0, body
         return body
 
+    def stream(self, command: str) -> tuple[int, dict[str, Any]]:
+        """A ``stream: true`` call read to its end; (output bytes received, final frame)."""
+        body = json.dumps({"command": command, "stream": True})
+        self.conn.request("POST", "/exec", body, self.headers)
+        resp = self.conn.getresponse()
+        assert resp.status == 200, resp.read()
+        decoder = streaming.StreamDecoder()
+        received, final = 0, None
+        while True:
+            data = resp.read1(1 << 20)
+            if not data:
+                break
+            for event in decoder.feed(data):
+                if event.kind == streaming.OUTPUT:
+                    received += len(event.data)
+                else:
+                    final = event.json()
+        decoder.close()
+        assert final is not None and final["exit_code"] == 0, final
+        return received, final
+
     def stop(self) -> None:
         self.conn.close()
         self.proc.terminate()
@@ -111,6 +144,69 @@ def timed(fn: Callable[[], Any]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def stream_big(d: Execd, runs: int) -> dict[str, Any]:
+    """``runs`` streams of STREAM_MIB MiB, each beside a bash -c whose pipe we drain."""
+    import threading
+
+    try:  # reset VmHWM so it shows this part's peak, not an earlier one
+        with open(f"/proc/{d.proc.pid}/clear_refs", "w") as f:
+            f.write("5")
+        hwm_reset = True
+    except OSError:
+        hwm_reset = False
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.01):
+            peak[0] = max(peak[0], status_kib(d.proc.pid)["VmRSS_KiB"])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    rates: list[float] = []
+    base_rates: list[float] = []
+    final: dict[str, Any] = {}
+    size = STREAM_MIB << 20
+    try:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            received, final = d.stream(STREAM_CMD)
+            rates.append(STREAM_MIB / (time.perf_counter() - t0))
+            assert received == size, received
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(["bash", "-c", STREAM_CMD], stdout=subprocess.PIPE)
+            got = 0
+            while chunk := proc.stdout.read1(1 << 20):  # type: ignore[union-attr]
+                got += len(chunk)
+            proc.wait()
+            base_rates.append(STREAM_MIB / (time.perf_counter() - t0))
+            assert got == size
+    finally:
+        stop.set()
+        sampler.join()
+    hwm = status_kib(d.proc.pid)["VmHWM_KiB"]
+    return {
+        "command": STREAM_CMD,
+        "runs": runs,
+        "execd_stream": {
+            "MiB_per_s": [round(r, 1) for r in rates],
+            "MiB_per_s_median": round(statistics.median(rates), 1),
+            "final_frame": {k: final[k] for k in ("output_bytes", "dropped_bytes", "truncated")},
+        },
+        "baseline_bash_c_pipe": {
+            "MiB_per_s": [round(r, 1) for r in base_rates],
+            "MiB_per_s_median": round(statistics.median(base_rates), 1),
+        },
+        "execd_peak_rss_KiB": max(peak[0], hwm if hwm_reset else 0),
+        "execd_VmHWM_KiB": hwm,
+        "VmHWM_reset_before": hwm_reset,
+        "execd_VmRSS_sampled_max_KiB": peak[0],
+        "note": "client-side wall time from the request to the final frame over the same "
+        "keep-alive connection; execd started with --max-output-bytes 128 MiB so the whole "
+        "output is streamed",
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -131,6 +227,7 @@ def main() -> dict[str, Any]:
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--block", type=int, default=50)
     ap.add_argument("--mib-calls", type=int, default=50)
+    ap.add_argument("--stream-runs", type=int, default=5)
     ap.add_argument("--out", default=OUT, help="where the JSON goes")
     args = ap.parse_args()
     info = machine()
@@ -141,12 +238,19 @@ def main() -> dict[str, Any]:
                 d.exec("echo hi")
                 subprocess.run(["bash", "-c", "echo hi"], capture_output=True, check=True)
             idle = status_kib(d.proc.pid)
-            execd_t, base_t, iso_t = [], [], []  # type: List[float], List[float], List[float]
+            for _ in range(100):
+                d.stream("echo hi")
+            execd_t: list[float] = []
+            base_t: list[float] = []
+            iso_t: list[float] = []
+            str_t: list[float] = []
             while len(execd_t) < args.calls:
                 for _ in range(min(args.block, args.calls - len(execd_t))):
                     execd_t.append(timed(lambda: d.exec("echo hi")))
                 for _ in range(min(args.block, args.calls - len(iso_t))):
                     iso_t.append(timed(lambda: d.exec("echo hi", isolate=True)))
+                for _ in range(min(args.block, args.calls - len(str_t))):
+                    str_t.append(timed(lambda: d.stream("echo hi")))
                 for _ in range(min(args.block, args.calls - len(base_t))):
                     base_t.append(
                         timed(
@@ -155,7 +259,8 @@ def main() -> dict[str, Any]:
                             )
                         )
                     )
-            mib_t, mib_base_t = [], []  # type: List[float], List[float]
+            mib_t: list[float] = []
+            mib_base_t: list[float] = []
             answer = d.exec(ONE_MIB_CMD)
             for _ in range(args.mib_calls):
                 mib_t.append(timed(lambda: d.exec(ONE_MIB_CMD)))
@@ -166,10 +271,11 @@ def main() -> dict[str, Any]:
                         )
                     )
                 )
+            big = stream_big(d, args.stream_runs)
             after = status_kib(d.proc.pid)
         finally:
             d.stop()
-    ex, base, iso = summary(execd_t), summary(base_t), summary(iso_t)
+    ex, base, iso, st = summary(execd_t), summary(base_t), summary(iso_t), summary(str_t)
     result = {
         "benchmark": "execd_latency",
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -194,6 +300,15 @@ def main() -> dict[str, Any]:
             "over_plain_p50": round(iso["p50_ms"] / ex["p50_ms"] - 1.0, 3),
             "over_plain_mean": round(iso["mean_ms"] / ex["mean_ms"] - 1.0, 3),
         },
+        "echo_hi_streamed": {
+            "note": 'POST /exec {"command": "echo hi", "stream": true}: chunked frames read '
+            "with read1 and execd.streaming.StreamDecoder to the final frame, interleaved "
+            "with the plain calls above",
+            "execd_stream": st,
+            "over_plain_p50": round(st["p50_ms"] / ex["p50_ms"] - 1.0, 3),
+            "over_plain_mean": round(st["mean_ms"] / ex["mean_ms"] - 1.0, 3),
+        },
+        "stream_100mib": big,
         "one_mib_output": {
             "command": ONE_MIB_CMD,
             "execd": summary(mib_t),
@@ -216,6 +331,9 @@ def main() -> dict[str, Any]:
             "speedup_ge_2x": base["p50_ms"] / ex["p50_ms"] >= 2.0,
             "idle_rss_le_20MiB": idle["VmRSS_KiB"] <= 20 * 1024,
             "isolated_le_10pct_over_plain_p50": iso["p50_ms"] <= 1.1 * ex["p50_ms"],
+            "streamed_le_10pct_over_plain_p50": st["p50_ms"] <= 1.1 * ex["p50_ms"],
+            "stream_ge_200MiB_per_s": big["execd_stream"]["MiB_per_s_median"] >= 200.0,
+            "stream_execd_peak_rss_le_32MiB": big["execd_peak_rss_KiB"] <= 32 * 1024,
         },
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

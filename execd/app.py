@@ -18,7 +18,9 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import __version__, probe
+from .background import Background
 from .config import Config
+from .idempotency import KeyTable
 from .procs import Cgroup, ProcessTracker, Reaper, set_child_subreaper
 from .protocol import (
     EnvAnswer,
@@ -29,10 +31,12 @@ from .protocol import (
     ReadBytesRequest,
     ReadRequest,
     ResetAnswer,
+    SignalRequest,
     StateRequest,
     WriteRequest,
 )
 from .shell import Busy, Shell
+from .streaming import Streamed
 from .wire import ApiError, parse, resolve
 
 try:
@@ -86,6 +90,10 @@ class App:
             cfg.output_cap,
             cfg.test_hooks,
         )
+        self.keys = KeyTable(cfg.idempotency_keys, cfg.idempotency_ttl)
+        self.background = Background(
+            cfg.bash, cfg.workspace, self.run_dir, env, self.session, self.reaper, cfg.kill_grace
+        )
         self._state_lock = threading.Lock()
         self._lazy_lock = threading.Lock()
         self._files = None  # type: Optional[Any]
@@ -132,6 +140,7 @@ class App:
 
     def close(self) -> None:
         try:
+            self.background.kill_all()
             self.shell.close()
         finally:
             self.reaper.stop()
@@ -184,7 +193,8 @@ class App:
     def health(self, body: Body) -> Body:
         return HealthAnswer(True, __version__, self.shell.alive()).to_json()
 
-    def exec(self, body: Body) -> Body:
+    def exec(self, body: Body) -> Any:
+        """The answer's JSON, or ``streaming.Streamed`` for ``stream: true``."""
         req = parse(ExecRequest, body)
         hooks = req.test_hooks or {}
         if hooks and not self.cfg.test_hooks:
@@ -215,6 +225,10 @@ class App:
                 limit=limit,
             )
         timeout = req.timeout_s if req.timeout_s is not None else self.cfg.default_timeout
+        if req.background:
+            return self._background(req, cwd, hooks)
+        if req.stream:
+            return self._streamed(req, timeout, cwd, hooks)
         try:
             answer = self.shell.run(
                 req.command, timeout, cwd, hooks, bool(req.isolate), req.max_output_bytes
@@ -222,6 +236,44 @@ class App:
             return answer.to_json()
         except Busy:
             raise _busy() from None
+
+    def _streamed(
+        self, req: ExecRequest, timeout: float, cwd: str, hooks: Dict[str, Any]
+    ) -> Streamed:
+        # A stream keeps no output for its final frame, so its cap defaults to the job's
+        # limit (--max-output-bytes), not to --output-cap.
+        cap = self.cfg.max_output_bytes if req.max_output_bytes is None else req.max_output_bytes
+
+        def run(sink: Any) -> Body:
+            try:
+                answer = self.shell.run(
+                    req.command, timeout, cwd, hooks, bool(req.isolate), cap, sink
+                )
+            except Busy:
+                raise _busy() from None
+            return answer.to_json()
+
+        return Streamed(run)
+
+    def _background(self, req: ExecRequest, cwd: str, hooks: Dict[str, Any]) -> Body:
+        if req.stream or hooks:
+            raise ApiError(400, "bad_request", "background takes neither stream nor test_hooks")
+        # No default timeout: a background server runs until signalled or /reset.
+        cap = self.cfg.max_output_bytes if req.max_output_bytes is None else req.max_output_bytes
+        return self.background.start(req.command, cwd, req.timeout_s, cap)
+
+    def exec_poll(self, body: Body, ident: str, query: str) -> Body:
+        from urllib.parse import parse_qs  # http.server has loaded it already
+
+        args = {"offset": 0, "max_bytes": 1 << 20}
+        for name, values in parse_qs(query).items():
+            if name not in args or not values[-1].isdigit():
+                raise ApiError(400, "bad_value", "the query takes offset and max_bytes (>= 0)")
+            args[name] = int(values[-1])
+        return self.background.poll(ident, args["offset"], args["max_bytes"])
+
+    def exec_signal(self, body: Body, ident: str, query: str) -> Body:
+        return self.background.signal(ident, parse(SignalRequest, body).signal)
 
     def files_read(self, body: Body) -> Body:
         return self.files.read(parse(ReadRequest, body)).to_json()
@@ -242,7 +294,9 @@ class App:
 
     def reset(self, body: Body) -> Body:
         started = time.monotonic()
+        killed = self.background.kill_all()
         report = self.shell.reset()
+        report["killed"] = sorted(set(report["killed"]) | set(killed))
         return ResetAnswer(
             killed=report["killed"],
             survivors=report["survivors"],

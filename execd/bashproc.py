@@ -280,6 +280,12 @@ class BashProcess:
         ``bash`` there, as ``bash -c`` does, so execd's private path never shows."""
         return text.replace(os.path.join(self.run_dir, "command"), "bash")
 
+    def scrub_bytes(self, data: "bytes | memoryview") -> bytes:
+        """``scrub`` for streamed output chunks (a path split across two chunks stays);
+        one copy out of the read buffer (``replace`` returns it as is when no path is in
+        it)."""
+        return bytes(data).replace(os.path.join(self.run_dir, "command").encode(), b"bash")
+
     def check_error(self) -> str:
         path = os.path.join(self.run_dir, "check.err")
         try:

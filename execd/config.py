@@ -50,6 +50,8 @@ class Config(NamedTuple):
     test_hooks: bool
     verbose: bool
     limits: Limits
+    idempotency_keys: int = 1024
+    idempotency_ttl: float = 600.0
 
 
 def _paths(text: Optional[str]) -> Optional[List[str]]:
@@ -167,6 +169,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         default="tree,env,cgroup",
         help="how sandbox processes are found (tree, env, cgroup)",
     )
+    p.add_argument(
+        "--idempotency-keys",
+        type=int,
+        default=1024,
+        help="Idempotency-Key answers remembered (oldest forgotten first)",
+    )
+    p.add_argument(
+        "--idempotency-ttl",
+        type=float,
+        default=600.0,
+        help="seconds an Idempotency-Key's answer is remembered",
+    )
     p.add_argument("--no-subreaper", dest="subreaper", action="store_false")
     p.add_argument("--bash", default="bash")
     p.add_argument("--test-hooks", action="store_true", help=argparse.SUPPRESS)
@@ -203,4 +217,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         test_hooks=a.test_hooks,
         verbose=a.verbose,
         limits=Limits(a.idle_timeout, a.header_timeout, a.body_timeout, a.max_connections),
+        idempotency_keys=max(1, a.idempotency_keys),
+        idempotency_ttl=a.idempotency_ttl,
     )

@@ -18,6 +18,11 @@ Rules a reader must not break:
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from .background_protocol import BackgroundHandle as BackgroundHandle
+from .background_protocol import BackgroundStatus as BackgroundStatus
+from .background_protocol import SignalAnswer as SignalAnswer
+from .background_protocol import SignalRequest as SignalRequest
+from .background_protocol import route_template as route_template
 from .shapes import ProtocolError as ProtocolError  # clients catch it from here
 from .shapes import answer, as_json
 
@@ -38,6 +43,10 @@ class ExecRequest(NamedTuple):
     test_hooks: Optional[Dict[str, Any]] = None
     isolate: Optional[bool] = None
     max_output_bytes: Optional[int] = None
+    # issue 14 item 4: ``stream`` answers in frames (execd/streaming.py); ``background``
+    # starts the command beside the shell and answers a handle (execd/background.py).
+    stream: Optional[bool] = None
+    background: Optional[bool] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -366,4 +375,6 @@ ROUTES: Dict[Tuple[str, str], Route] = {
     ("POST", "/state/check"): Route(StateRequest, CheckAnswer),
     ("POST", "/state/restore"): Route(StateRequest, RestoreAnswer),
     ("GET", "/probe"): Route(None, ProbeAnswer),
+    ("GET", "/exec/{id}"): Route(None, BackgroundStatus),
+    ("POST", "/exec/{id}/signal"): Route(SignalRequest, SignalAnswer),
 }

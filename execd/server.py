@@ -31,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from . import __version__, limits, protocol
+from . import __version__, idempotency, limits, protocol, streaming
 from .acceptor import AcceptLoop
 from .app import App
 from .wire import ApiError
@@ -60,6 +60,8 @@ HANDLERS = {
     ("POST", "/state/check"): "state_check",
     ("POST", "/state/restore"): "state_restore",
     ("GET", "/probe"): "probe",
+    ("GET", "/exec/{id}"): "exec_poll",  # templated: the handler gets (body, id, query)
+    ("POST", "/exec/{id}/signal"): "exec_signal",
 }
 # Every route the protocol declares, with its auth rule from there (a KeyError at import
 # if a declared route has no handler).
@@ -310,7 +312,8 @@ class Handler(BaseHTTPRequestHandler):
                     "send the token as Authorization: Bearer <token>, never in the URL",
                 )
             raw = self._read_body(app.cfg.max_body_bytes)
-            route = ROUTES.get((method, path))
+            template, ident = protocol.route_template(path)
+            route = ROUTES.get((method, template))
             credentials = self.headers.get("Authorization")
             # /health needs no token (a kubelet probe sends none), but one that is sent is
             # checked: a caller can tell its own sandbox from another on a reused address.
@@ -318,13 +321,34 @@ class Handler(BaseHTTPRequestHandler):
             if checked and not app.authorized(credentials):
                 raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
             if route is None:
-                if path in PATHS:
+                if template in PATHS:
                     raise ApiError(
                         405, "method_not_allowed", "%s does not take %s" % (path, method)
                     )
                 raise ApiError(404, "not_found", "no route %s" % path)
             body = _decode(raw)
-            self.send_json(200, getattr(app, route.handler)(body))
+            ticket = idempotency.claim(
+                app.keys,
+                self.headers.get(idempotency.HEADER),
+                (method, path, raw),
+                lambda: self.server.stopping,  # type: ignore[attr-defined]
+            )
+            if isinstance(ticket, idempotency.Recorded):
+                self.send_recorded(ticket)
+                return
+            try:
+                args = (body,) if ident is None else (body, ident, query)
+                result = getattr(app, route.handler)(*args)
+                if isinstance(result, streaming.Streamed):
+                    self.send_stream(result, ticket)
+                else:
+                    data = json.dumps(result).encode()
+                    if ticket is not None:  # recorded before it is sent: a cut loses nothing
+                        ticket.finish(idempotency.Recorded(200, "json", data))
+                    self.send_body(200, data)
+            finally:
+                if ticket is not None:
+                    ticket.abandon()  # refused or failed (a no-op once finished)
         except ApiError as e:
             self.send_json(e.status, e.body())
         except Exception as e:  # the one place that turns a bug into a 500, logged
@@ -367,18 +391,34 @@ class Handler(BaseHTTPRequestHandler):
         return raw
 
     def send_json(self, status: int, obj: Dict[str, Any]) -> None:
-        body = json.dumps(obj).encode()
+        self.send_body(status, json.dumps(obj).encode())
+
+    def send_body(self, status: int, body: bytes, replayed: bool = False) -> None:
         head = [
             "HTTP/1.1 %d %s" % (status, _REASONS.get(status, "Error")),
             "Content-Type: application/json",
             "Content-Length: %d" % len(body),
         ]
+        if replayed:
+            head.append(idempotency.REPLAYED + ": true")
         if status == 401:
             head.append("WWW-Authenticate: Bearer")
         if self.close_connection:
             head.append("Connection: close")
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         self.log_request(status, len(body))
+
+    def send_recorded(self, answer: idempotency.Recorded) -> None:
+        """A repeated Idempotency-Key: the first call's answer (a stream's final frame)."""
+        if answer.kind == "json":
+            return self.send_body(answer.status, answer.body, replayed=True)
+        sent = streaming.replay(self.request, self.close_connection, answer.body)
+        self.log_request(answer.status, sent)
+
+    def send_stream(self, streamed: streaming.Streamed, ticket: Optional[Any]) -> None:
+        out = streaming.respond(streamed, self.request, self.close_connection, ticket)
+        self.close_connection = self.close_connection or out.broken
+        self.log_request(200, out.sent_bytes)
 
 
 def _error(code: str, detail: str) -> Dict[str, Any]:

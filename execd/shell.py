@@ -25,6 +25,7 @@ from .bashproc import BashProcess
 from .frames import FrameError, FrameParser, OutputCapture
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
+from .streaming import Sink, capture_for
 from .timeouts import Timeout
 
 if TYPE_CHECKING:  # names used in annotations only
@@ -157,13 +158,15 @@ class Shell:
         hooks: Optional[Dict[str, Any]] = None,
         isolate: bool = False,
         output_cap: Optional[int] = None,
+        sink: Optional[Sink] = None,
     ) -> ExecAnswer:
         """``cwd`` for this call only; ``isolate``: in a subshell; ``output_cap``: this
-        call's cap on kept output bytes (execd's --output-cap when None)."""
+        call's cap on kept output bytes (execd's --output-cap when None); ``sink``: stream
+        the output there as it is read (``streaming.StreamCapture``)."""
         if not self._busy.acquire(blocking=False):
             raise Busy()
         try:
-            return self._run_locked(command, timeout_s, cwd, hooks or {}, isolate, output_cap)
+            return self._run_locked(command, timeout_s, cwd, hooks or {}, isolate, output_cap, sink)
         finally:
             self._busy.release()
 
@@ -175,6 +178,7 @@ class Shell:
         hooks: Dict[str, Any],
         isolate: bool = False,
         output_cap: Optional[int] = None,
+        sink: Optional[Sink] = None,
     ) -> ExecAnswer:
         started = self.clock()
         restarted = False
@@ -184,7 +188,8 @@ class Shell:
         proc = self._proc
         assert proc is not None
         marker = os.urandom(8).hex()
-        capture = OutputCapture(self.output_cap if output_cap is None else output_cap)
+        cap = self.output_cap if output_cap is None else output_cap
+        capture = capture_for(cap, sink, proc.scrub_bytes)  # type: OutputCapture
         proc.stage(command)
         since = boot_ticks()
         proc.begin()

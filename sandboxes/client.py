@@ -24,6 +24,10 @@ Rules a reader must not break:
   ``Idempotency-Key`` (one per call) and are retried on connection errors and timeouts
   with that same key: the service answers a retry with the first call's sandbox, never a
   second one, and a retried release is a no-op.
+* Every mutating execd call (each POST but the file reads) carries its own
+  ``Idempotency-Key`` and is resent with it after a connection error or timeout: execd
+  answers the resend with the first call's answer (waiting while it runs), so a command
+  cut off in flight runs once. ``Sandbox.stream`` is not resent (its output is gone).
 * A ``Sandbox`` is safe to share between threads: each thread talks to execd on its own
   connection (execd answers a second concurrent command 409 ``busy``).
 * A sandbox the service took back (its lifetime ran out, or its backend lost it) raises
@@ -45,7 +49,10 @@ from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
+from execd import streaming
 from execd.protocol import (
+    BackgroundHandle,
+    BackgroundStatus,
     EnvAnswer,
     EnvRequest,
     ErrorAnswer,
@@ -59,6 +66,8 @@ from execd.protocol import (
     ReadBytesRequest,
     ReadRequest,
     ResetAnswer,
+    SignalAnswer,
+    SignalRequest,
     WriteAnswer,
     WriteRequest,
 )
@@ -66,6 +75,8 @@ from execd.protocol import (
 T = TypeVar("T")
 
 _RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+# execd's POST routes that change nothing (execd.idempotency.READS): sent without a key.
+_EXECD_READS = frozenset(["/files/read", "/files/read_bytes"])
 
 
 class SandmanClientError(Exception):
@@ -137,6 +148,31 @@ class _Connection:
                 raise SandmanClientError(0, "connection_failed", f"{method} {path}: {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout_s: float,
+    ) -> http.client.HTTPResponse:
+        """Send a request and return the response unread (a streamed answer); the
+        caller reads it to its end or closes this connection. Not retried."""
+        try:
+            self._conn.timeout = timeout_s
+            if self._conn.sock is not None:
+                self._conn.sock.settimeout(timeout_s)
+            self._conn.request(method, path, body=body, headers=headers)
+            response = self._conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            self._conn.close()
+            if isinstance(exc, socket.timeout | TimeoutError):
+                raise SandmanClientError(0, "timeout", f"{method} {path}: {exc}") from exc
+            raise SandmanClientError(0, "connection_failed", f"{method} {path}: {exc}") from exc
+        self._used = True
+        return response
+
 
 def _split_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
@@ -194,6 +230,114 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.error
+
+
+def _run_result(answer: ExecAnswer) -> RunResult:
+    return RunResult(
+        exit_code=answer.exit_code,
+        output=answer.output,
+        output_bytes=answer.output_bytes,
+        truncated=answer.truncated,
+        duration_ms=answer.duration_ms,
+        error=answer.error,
+        timed_out=answer.timed_out,
+        shell_restarted=answer.shell_restarted,
+        error_code=answer.error_code,
+    )
+
+
+class ExecStream:
+    """A streamed command (``Sandbox.stream``): iterate for its output bytes as execd
+    reads them; ``result`` is the final answer once the iteration ended (its ``output``
+    holds only what was not streamed, e.g. a syntax error's diagnostic). A stream cut
+    short, or not ending in exactly one final frame, raises ``SandmanClientError``
+    (``stream_broken``) - never a guessed exit status. Leaving the iteration early
+    closes the connection (the command runs on in the sandbox to its own end)."""
+
+    READ = 1 << 20
+
+    def __init__(self, conn: _Connection, response: http.client.HTTPResponse) -> None:
+        self._conn = conn
+        self._response = response
+        self.result: RunResult | None = None
+        self._frames = self._read()
+
+    def __iter__(self) -> ExecStream:
+        return self
+
+    def __enter__(self) -> ExecStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __next__(self) -> bytes:
+        return next(self._frames)
+
+    def close(self) -> None:
+        if self.result is None:
+            self._conn.close()
+
+    def _read(self) -> Any:
+        route = "POST /exec"
+        decoder = streaming.StreamDecoder()
+        try:
+            while True:
+                try:
+                    data = self._response.read1(self.READ)
+                except (OSError, http.client.HTTPException) as exc:
+                    raise streaming.StreamError(f"the stream broke: {exc}") from exc
+                if not data:
+                    decoder.close()
+                    break
+                for event in decoder.feed(data):
+                    if event.kind == streaming.OUTPUT:
+                        yield event.data
+                    elif event.kind == streaming.ERROR:
+                        raise _execd_error(500, event.json(), route)
+                    else:
+                        answer = ExecAnswer.from_json(event.json())
+                        self.result = _run_result(answer)
+        except (streaming.StreamError, ProtocolError, ValueError) as exc:
+            self._conn.close()
+            raise SandmanClientError(0, "stream_broken", str(exc)) from exc
+        except BaseException:
+            self._conn.close()
+            raise
+
+
+class BackgroundCommand:
+    """A command started with ``Sandbox.start``: it runs beside the sandbox's shell.
+    ``poll(offset)`` reads its status and output from byte ``offset``; ``signal`` reaches
+    its process group; ``wait`` polls until it ended."""
+
+    def __init__(self, sandbox: Sandbox, handle: BackgroundHandle) -> None:
+        self.sandbox = sandbox
+        self.id = handle.id
+        self.pid = handle.pid
+
+    def __repr__(self) -> str:
+        return f"<BackgroundCommand {self.id} pid {self.pid}>"
+
+    def poll(self, offset: int = 0, max_bytes: int | None = None) -> BackgroundStatus:
+        query = {"offset": offset} | ({} if max_bytes is None else {"max_bytes": max_bytes})
+        path = f"/exec/{self.id}?{urlencode(query)}"
+        return self.sandbox._execd_json(BackgroundStatus.from_json, "GET", path)[0]
+
+    def signal(self, signal: str | int = "TERM") -> int:
+        """Send ``signal`` (a name like ``INT`` or a number) to its process group."""
+        payload = SignalRequest(signal).to_json()
+        path = f"/exec/{self.id}/signal"
+        return self.sandbox._execd_json(SignalAnswer.from_json, "POST", path, payload)[0].signal
+
+    def wait(self, *, timeout_s: float = 300.0, poll_s: float = 0.05) -> BackgroundStatus:
+        """Poll until it ended; its whole kept output is then in ``output``."""
+        end = time.monotonic() + timeout_s
+        while (status := self.poll()).running:
+            if time.monotonic() > end:
+                raise SandmanClientError(0, "wait_timeout", f"{self!r} still runs")
+            time.sleep(poll_s)
+        return status
 
 
 @dataclass(frozen=True)
@@ -291,9 +435,7 @@ class Sandbox:
             conn.close()
         self._local = threading.local()
 
-    def _execd(
-        self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
-    ) -> tuple[int, dict[str, str], bytes]:
+    def _connection(self) -> _Connection:
         conn = self._conn
         if conn is None:
             host, port = _split_address(self.address)
@@ -301,17 +443,31 @@ class Sandbox:
             self._local.conn = conn
             with self._conns_lock:
                 self._conns.append(conn)
+        return conn
+
+    def _execd(
+        self, method: str, path: str, payload: Any = None, *, timeout_s: float | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = self._connection()
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         body = None
         if payload is not None:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
-        try:
-            return conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
-        except SandmanClientError as exc:
-            if exc.status == 0 and exc.code == "connection_failed":
-                self._raise_if_reclaimed(exc)
-            raise
+        keyed = method == "POST" and path not in _EXECD_READS
+        if keyed:  # execd runs a keyed call once: a resend after a cut cannot run it twice
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        for attempt in range(self.client.RETRIES + 1):
+            try:
+                return conn.request(method, path, body=body, headers=headers, timeout_s=timeout_s)
+            except SandmanClientError as exc:
+                lost = exc.status == 0 and exc.code in ("connection_failed", "timeout")
+                if not (keyed and lost) or attempt == self.client.RETRIES:
+                    if exc.status == 0 and exc.code == "connection_failed":
+                        self._raise_if_reclaimed(exc)
+                    raise
+                time.sleep(0.1 * 2**attempt)  # back off: execd may be busy accepting
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _raise_if_reclaimed(self, cause: SandmanClientError) -> None:
         """execd is unreachable: if the service no longer counts the sandbox as ours,
@@ -374,17 +530,70 @@ class Sandbox:
         answer, _ = self._execd_json(
             ExecAnswer.from_json, "POST", "/exec", payload, timeout_s=timeout_s + 30.0
         )
-        return RunResult(
-            exit_code=answer.exit_code,
-            output=answer.output,
-            output_bytes=answer.output_bytes,
-            truncated=answer.truncated,
-            duration_ms=answer.duration_ms,
-            error=answer.error,
-            timed_out=answer.timed_out,
-            shell_restarted=answer.shell_restarted,
-            error_code=answer.error_code,
+        return _run_result(answer)
+
+    def stream(
+        self,
+        command: str,
+        *,
+        timeout_s: float = 300.0,
+        cwd: str | None = None,
+        isolate: bool = False,
+        max_output_bytes: int | None = None,
+    ) -> ExecStream:
+        """Run one command like ``run`` and iterate over its output as it comes
+        (``for chunk in sb.stream(cmd)``; then ``.result``). Without ``max_output_bytes``
+        up to the sandbox's per-call limit is streamed."""
+        payload = ExecRequest(
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            isolate=isolate or None,
+            max_output_bytes=max_output_bytes,
+            stream=True,
+        ).to_json()
+        conn = self._connection()
+        headers = {
+            "Authorization": f"Bearer {self._token}",
+            "Accept": streaming.CONTENT_TYPE,
+            "Content-Type": "application/json",
+        }
+        response = conn.open(
+            "POST",
+            "/exec",
+            body=json.dumps(payload).encode(),
+            headers=headers,
+            timeout_s=timeout_s + 30.0,
         )
+        kind = (response.getheader("Content-Type") or "").split(";")[0].strip()
+        if response.status != 200 or kind != streaming.CONTENT_TYPE:
+            data = response.read()
+            decoded = _decode(response.status, data)
+            if response.status >= 400:
+                raise _execd_error(response.status, decoded, "POST /exec")
+            conn.close()
+            raise SandmanClientError(response.status, "bad_response", f"not a stream: {kind!r}")
+        return ExecStream(conn, response)
+
+    def start(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+    ) -> BackgroundCommand:
+        """Start ``command`` in the background (a fresh ``bash -c`` beside the shell, with
+        the environment the shell started with); no timeout unless ``timeout_s``."""
+        payload = ExecRequest(
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            max_output_bytes=max_output_bytes,
+            background=True,
+        ).to_json()
+        handle, _ = self._execd_json(BackgroundHandle.from_json, "POST", "/exec", payload)
+        return BackgroundCommand(self, handle)
 
     def read(
         self, path: str, *, start_line: int | None = None, max_lines: int | None = None
