@@ -29,9 +29,12 @@ from .protocol import (
     ReadBytesRequest,
     ReadRequest,
     ResetAnswer,
+    SessionRequest,
+    SessionsAnswer,
     StateRequest,
     WriteRequest,
 )
+from .sessions import Sessions
 from .shell import Busy, Shell
 from .wire import ApiError, parse, resolve
 
@@ -74,22 +77,36 @@ class App:
         self.reaper = Reaper()
         self.cgroup = Cgroup(cfg.cgroup) if cfg.cgroup else None
         self.tracker = ProcessTracker(self.session, self.reaper, set(cfg.track), self.cgroup)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDMAN_EXECD")}
-        self.shell = Shell(
-            cfg.bash,
-            cfg.workspace,
-            self.run_dir,
-            env,
-            self.tracker,
-            self.cgroup,
-            cfg.kill_grace,
-            cfg.output_cap,
-            cfg.test_hooks,
+        # Sandman's own variables (SANDMAN_SANDBOX, SANDMAN_EXECD*, ...) are execd's
+        # environment, never the commands'.
+        self._env = {k: v for k, v in os.environ.items() if not k.startswith("SANDMAN_")}
+        self.shell = self._new_shell("default", self.run_dir, cfg.startup, True)
+        self.sessions = Sessions(
+            self.shell, self._new_shell, self.run_dir, cfg.startup, cfg.max_sessions
         )
         self._state_lock = threading.Lock()
         self._lazy_lock = threading.Lock()
         self._files = None  # type: Optional[Any]
         self._state = None  # type: Optional[Any]
+
+    def _new_shell(
+        self, name: str, run_dir: str, startup: str, whole_sandbox: bool = False
+    ) -> Shell:
+        cfg = self.cfg
+        return Shell(
+            cfg.bash,
+            cfg.workspace,
+            run_dir,
+            self._env,
+            self.tracker,
+            self.cgroup,
+            cfg.kill_grace,
+            cfg.output_cap,
+            cfg.test_hooks,
+            startup=startup,
+            startup_timeout=cfg.default_timeout,
+            whole_sandbox=whole_sandbox,
+        )
 
     # The file and state services hash with hashlib, which loads OpenSSL: build
     # them on first use so an idle execd stays small.
@@ -132,7 +149,7 @@ class App:
 
     def close(self) -> None:
         try:
-            self.shell.close()
+            self.sessions.close()
         finally:
             self.reaper.stop()
             if self._own_run_dir:
@@ -154,7 +171,6 @@ class App:
                 env[name.decode("utf-8", "surrogateescape")] = val.decode(
                     "utf-8", "surrogateescape"
                 )
-        env.pop("SANDMAN_EXECD", None)
         return env
 
     def write_env(self, set_: Dict[str, str], unset: List[str]) -> None:
@@ -215,9 +231,16 @@ class App:
                 limit=limit,
             )
         timeout = req.timeout_s if req.timeout_s is not None else self.cfg.default_timeout
+        shell = self.sessions.get(req.session)
         try:
-            answer = self.shell.run(
-                req.command, timeout, cwd, hooks, bool(req.isolate), req.max_output_bytes
+            answer = shell.run(
+                req.command,
+                timeout,
+                cwd,
+                hooks,
+                bool(req.isolate),
+                req.max_output_bytes,
+                separate_stderr=req.stderr == "separate",
             )
             return answer.to_json()
         except Busy:
@@ -242,13 +265,26 @@ class App:
 
     def reset(self, body: Body) -> Body:
         started = time.monotonic()
-        report = self.shell.reset()
+        report = self.sessions.reset()
         return ResetAnswer(
             killed=report["killed"],
             survivors=report["survivors"],
             shell_alive=self.shell.alive(),
             duration_ms=round((time.monotonic() - started) * 1000, 1),
         ).to_json()
+
+    def sessions_create(self, body: Body) -> Body:
+        req = parse(SessionRequest, body)
+        return self.sessions.create(req.name, req.startup or "", req.startup_timeout_s).to_json()
+
+    def sessions_list(self, body: Body) -> Body:
+        return SessionsAnswer([s.to_json() for s in self.sessions.list()]).to_json()
+
+    def session_delete(self, body: Body, name: str) -> Body:
+        return self.sessions.delete(name).to_json()
+
+    def session_interrupt(self, body: Body, name: str) -> Body:
+        return self.sessions.interrupt(name).to_json()
 
     def probe(self, body: Body) -> Body:
         try:

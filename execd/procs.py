@@ -6,9 +6,10 @@ orphans, and execd makes itself a child subreaper so that orphaned
 descendants come back to it instead.
 
 A process belongs to the sandbox when at least one tracker says so:
-``tree`` (a descendant of execd), ``env`` (its /proc/PID/environ carries
-``SANDMAN_EXECD=<session>.<command marker>``, inherited from the shell even
-across setsid) or ``cgroup`` (a member of the cgroup execd was given).
+``tree`` (a descendant of execd; every shell is a child subreaper too, so what a
+command orphans, even after setsid, stays below its session's shell) or ``cgroup`` (a
+member of the cgroup execd was given). No marker variable is put in commands'
+environment: Sandman's own variables are not theirs to see.
 
 Invariants: execd never signals its own process group or a process it cannot
 attribute to the sandbox, and never reaps a pid in the reaper's ``known`` set
@@ -31,8 +32,6 @@ if TYPE_CHECKING:  # annotations only: the daemon imports subprocess where it sp
 
 log = logging.getLogger("execd.procs")
 
-ENV_MARKER = "SANDMAN_EXECD"
-_ENV_PREFIX = (ENV_MARKER + "=").encode()
 PR_SET_CHILD_SUBREAPER = 36
 SYS_PIDFD_OPEN = 434  # the same number on every Linux architecture
 
@@ -109,17 +108,6 @@ def is_running(pid: int, starttime: Optional[int] = None) -> bool:
     return starttime is None or info.starttime == starttime
 
 
-def env_marker(pid: int) -> Optional[str]:
-    """The SANDMAN_EXECD value in a process's initial environment, if readable."""
-    data = _read_small("/proc/%d/environ" % pid, 1 << 20)
-    if data is None:
-        return None
-    for item in data.split(b"\0"):
-        if item.startswith(_ENV_PREFIX):
-            return item[len(_ENV_PREFIX) :].decode("ascii", "replace")
-    return None
-
-
 def descendants(procs: Dict[int, ProcInfo], roots: Iterable[int]) -> Set[int]:
     children = {}  # type: Dict[int, List[int]]
     for info in procs.values():
@@ -137,6 +125,21 @@ def descendants(procs: Dict[int, ProcInfo], roots: Iterable[int]) -> Set[int]:
 def boot_ticks() -> int:
     """Now, in the unit of /proc/PID/stat starttime."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def subreaper_setter() -> Optional[Callable[[], None]]:
+    """A function that makes the calling process a child subreaper, for ``preexec_fn``
+    (the attribute survives execve): the libc function is looked up here, in the
+    parent, so the forked child only makes the one call. None without libc's prctl."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def setter() -> None:
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+    return setter
 
 
 def set_child_subreaper() -> bool:
@@ -343,12 +346,6 @@ class ProcessTracker:
         picked = set()  # type: Set[int]
         if "tree" in self.track:
             picked |= descendants(procs, [self.execd_pid])
-        if "env" in self.track:
-            prefix = self.session + "."
-            for pid in procs:
-                value = env_marker(pid)
-                if value is not None and value.startswith(prefix):
-                    picked.add(pid)
         if "cgroup" in self.track and self.cgroup is not None:
             picked |= self.cgroup.members()
         picked.discard(self.execd_pid)
@@ -358,22 +355,49 @@ class ProcessTracker:
     def command_processes(
         self, marker: str, shell_pid: int, since_tick: int
     ) -> Dict[int, ProcInfo]:
-        """Live processes one command started: its env marker, their descendants and
-        process groups, and (for commands that cleared their environment) children
-        of the shell created after the command began."""
+        """Live processes one command started: children of the shell created after the
+        command began (orphans included: the shell is their subreaper), their process
+        groups and descendants."""
         procs = scan()
         shell = procs.get(shell_pid)
         shell_pgid = shell.pgid if shell is not None else shell_pid
-        wanted = self.session + "." + marker
         seeds = set()  # type: Set[int]
-        for pid in procs:
-            if pid != shell_pid and env_marker(pid) == wanted:
-                seeds.add(pid)
         for info in procs.values():
-            if info.ppid == shell_pid and info.starttime > since_tick:
+            # >=: a child started in the command's first clock tick is its own (a
+            # background job started in that same tick by the previous one would be too)
+            if info.ppid == shell_pid and info.starttime >= since_tick:
                 seeds.add(info.pid)
         groups = {procs[p].pgid for p in seeds} - {shell_pgid, os.getpgrp()}
         seeds |= {p for p, i in procs.items() if i.pgid in groups}
         seeds |= descendants(procs, seeds)
         seeds -= {shell_pid, self.execd_pid}
         return {p: procs[p] for p in seeds if procs[p].state not in "ZXx"}
+
+    def foreground_group(self, shell_pid: int, since_tick: int) -> int:
+        """The process group of the running command's foreground job, as far as /proc
+        can tell without a terminal: the newest live child of the shell started since
+        the command began (jobs of earlier commands are older). 0 when there is none."""
+        procs = scan()
+        shell = procs.get(shell_pid)
+        skip = {shell.pgid if shell is not None else shell_pid, os.getpgrp(), 0}
+        jobs = [
+            (i.starttime, i.pid, i.pgid)
+            for i in procs.values()
+            if i.ppid == shell_pid
+            and i.starttime >= since_tick
+            and i.state not in "ZXx"
+            and i.pgid not in skip
+        ]
+        return max(jobs)[2] if jobs else 0
+
+    def shell_processes(self, shell_pid: Optional[int], helpers: Set[int]) -> Dict[int, ProcInfo]:
+        """One session's processes: its shell and the shell's tree (what its commands
+        orphaned included: the shell is their subreaper), plus orphans of shells that
+        died (execd's children that are not ``helpers``); never another live shell's."""
+        procs = scan()
+        roots = [p for p, i in procs.items() if i.ppid == self.execd_pid and p not in helpers]
+        mine = descendants(procs, roots + ([shell_pid] if shell_pid else []))
+        mine.update(roots)
+        if shell_pid in procs:
+            mine.add(shell_pid)
+        return {p: procs[p] for p in mine if procs[p].state not in "ZXx"}

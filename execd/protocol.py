@@ -18,6 +18,11 @@ Rules a reader must not break:
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from .protocol_sessions import DeletedAnswer as DeletedAnswer
+from .protocol_sessions import InterruptAnswer as InterruptAnswer
+from .protocol_sessions import SessionAnswer as SessionAnswer
+from .protocol_sessions import SessionRequest as SessionRequest
+from .protocol_sessions import SessionsAnswer as SessionsAnswer
 from .shapes import ProtocolError as ProtocolError  # clients catch it from here
 from .shapes import answer, as_json
 
@@ -38,6 +43,10 @@ class ExecRequest(NamedTuple):
     test_hooks: Optional[Dict[str, Any]] = None
     isolate: Optional[bool] = None
     max_output_bytes: Optional[int] = None
+    # sessions (execd/sessions.py): the named shell to run in (None: "default"), and
+    # "merged" (None: stderr joined to stdout) or "separate" (ExecAnswer.stderr)
+    session: Optional[str] = None
+    stderr: Optional[str] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -161,6 +170,9 @@ class ExecAnswer(NamedTuple):
     error: Optional[str] = None
     timed_out: bool = False
     error_code: Optional[str] = None
+    # only with ``stderr: "separate"``: stderr (capped like ``output``) and its byte count
+    stderr: Optional[str] = None
+    stderr_bytes: Optional[int] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -181,6 +193,8 @@ ERROR_CODES = (
     "invalid_frame",
     "reset",
     "stopping",
+    "interrupted",  # POST /sessions/{name}/interrupt (SIGINT to the foreground job)
+    "session_closed",  # DELETE /sessions/{name} while the command ran
 )
 
 
@@ -366,4 +380,9 @@ ROUTES: Dict[Tuple[str, str], Route] = {
     ("POST", "/state/check"): Route(StateRequest, CheckAnswer),
     ("POST", "/state/restore"): Route(StateRequest, RestoreAnswer),
     ("GET", "/probe"): Route(None, ProbeAnswer),
+    # sessions (execd/sessions.py); ``{name}`` is a path segment
+    ("POST", "/sessions"): Route(SessionRequest, SessionAnswer),
+    ("GET", "/sessions"): Route(None, SessionsAnswer),
+    ("DELETE", "/sessions/{name}"): Route(None, DeletedAnswer),
+    ("POST", "/sessions/{name}/interrupt"): Route(None, InterruptAnswer),
 }

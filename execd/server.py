@@ -56,11 +56,46 @@ HANDLERS = {
     ("POST", "/state/check"): "state_check",
     ("POST", "/state/restore"): "state_restore",
     ("GET", "/probe"): "probe",
+    ("POST", "/sessions"): "sessions_create",
+    ("GET", "/sessions"): "sessions_list",
+    ("DELETE", "/sessions/{name}"): "session_delete",
+    ("POST", "/sessions/{name}/interrupt"): "session_interrupt",
 }
 # Every route the protocol declares, with its auth rule from there (a KeyError at import
 # if a declared route has no handler).
 ROUTES = {key: Route(HANDLERS[key], shape.auth) for key, shape in protocol.ROUTES.items()}  # type: Dict[Tuple[str, str], Route]
 PATHS = frozenset(path for _method, path in ROUTES)
+# Paths with ``{param}`` segments; a segment matches one non-empty path segment, which
+# the handler gets as a keyword argument.
+TEMPLATES = [(m, p.strip("/").split("/")) for m, p in ROUTES if "{" in p]
+
+
+def match(method: str, path: str) -> Tuple[Optional[Route], Dict[str, str], bool]:
+    """The route, its path parameters, and whether the path exists (for another
+    method: a 405)."""
+    route = ROUTES.get((method, path))
+    if route is not None:
+        return route, {}, True
+    parts = path.strip("/").split("/")
+    known = path in PATHS
+    for m, pattern in TEMPLATES:
+        if len(pattern) != len(parts):
+            continue
+        params = {}
+        for i, want in enumerate(pattern):
+            got = parts[i]
+            if want.startswith("{"):
+                if not got:
+                    break
+                params[want[1:-1]] = got
+            elif want != got:
+                break
+        else:
+            if m == method:
+                return ROUTES[(m, "/" + "/".join(pattern))], params, True
+            known = True
+    return None, {}, known
+
 
 _REASONS = {
     200: "OK",
@@ -290,7 +325,7 @@ class Handler(BaseHTTPRequestHandler):
                     "send the token as Authorization: Bearer <token>, never in the URL",
                 )
             raw = self._read_body(app.cfg.max_body_bytes)
-            route = ROUTES.get((method, path))
+            route, params, known = match(method, path)
             credentials = self.headers.get("Authorization")
             # /health needs no token (a kubelet probe sends none), but one that is sent is
             # checked: a caller can tell its own sandbox from another on a reused address.
@@ -298,13 +333,13 @@ class Handler(BaseHTTPRequestHandler):
             if checked and not app.authorized(credentials):
                 raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
             if route is None:
-                if path in PATHS:
+                if known:
                     raise ApiError(
                         405, "method_not_allowed", "%s does not take %s" % (path, method)
                     )
                 raise ApiError(404, "not_found", "no route %s" % path)
             body = _decode(raw)
-            self.send_json(200, getattr(app, route.handler)(body))
+            self.send_json(200, getattr(app, route.handler)(body, **params))
         except ApiError as e:
             self.send_json(e.status, e.body())
         except Exception as e:  # the one place that turns a bug into a 500, logged
