@@ -6,7 +6,7 @@ variable of Sandman's or execd's in any command's environment."""
 import os
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
@@ -262,6 +262,6 @@ def test_the_session_limit_is_a_409_naming_it(start_execd) -> None:
     assert (status, body["error"], body["limit"]) == (409, "too_many_sessions", 2)
     c.request("DELETE", "/sessions/one")
     assert c.post("/sessions", {"name": "two"})["alive"] is True
-    names = [s["name"] for s in c.get("/sessions")["sessions"]]  # type: List[str]
+    names = [s["name"] for s in c.get("/sessions")["sessions"]]
     assert names == ["default", "two"]
     c.close()
