@@ -58,6 +58,9 @@ class Job(models.Model):
     reuse_max_uses = models.PositiveIntegerField(default=8)
     # Opt-in: warm and reused grading sandboxes of tag-referenced images (sandboxes.imagerefs).
     reuse_allow_tags = models.BooleanField(default=False)
+    # A bash script execd runs first in every session's shell of the job's sandboxes (the
+    # BASH_ENV / ``conda activate`` case); empty: none.
+    startup_script = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     drained_at = models.DateTimeField(null=True, blank=True)
     execd_key = models.CharField(max_length=64, default=new_execd_key, editable=False)

@@ -92,6 +92,9 @@ class JobOutputSerializer(serializers.Serializer):
     readiness_budget_s = serializers.FloatField()
     max_lifetime_s = serializers.FloatField()
     reuse = serializers.SerializerMethodField()
+    startup_script = serializers.CharField(
+        help_text="run first in every execd session of the job's sandboxes (empty: none)"
+    )
     created_at = serializers.DateTimeField()
     drained_at = serializers.DateTimeField(allow_null=True)
     counts = serializers.SerializerMethodField()
@@ -142,6 +145,14 @@ class JobCreateApi(JsonApiView):
         )
         max_lifetime_s = serializers.FloatField(min_value=1, max_value=7 * 86_400, required=False)
         reuse = ReuseSerializer(required=False)
+        startup_script = StrictCharField(
+            required=False,
+            allow_blank=True,
+            trim_whitespace=False,
+            max_length=64 * 1024,
+            help_text="a bash script execd runs first in every session's shell of the job's "
+            "sandboxes (the BASH_ENV / conda activate case); at most 64 KiB",
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             pod = attrs.get("trainer_pod") or {}
@@ -167,6 +178,7 @@ class JobCreateApi(JsonApiView):
                 "reuse_enabled": reuse.get("enabled", _default("reuse_enabled")),
                 "reuse_max_uses": reuse.get("max_uses", _default("reuse_max_uses")),
                 "reuse_allow_tags": reuse.get("allow_tag_images", _default("reuse_allow_tags")),
+                "startup_script": attrs.get("startup_script", ""),
             }
             return out
 

@@ -312,4 +312,5 @@ def _spec(
         key_hash=key.hash,
         owner=owner,
         execd_key=info.execd_key,
+        startup_script=info.startup_script,
     )

@@ -37,6 +37,7 @@ class JobInfo:
     trainer_pod_uid: str
     execd_key: str = field(default="", repr=False)  # a secret: never printed
     reuse_allow_tags: bool = False
+    startup_script: str = ""  # run first in every execd session (Job.startup_script)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ def _job_info(job: Job) -> JobInfo:
         trainer_pod_uid=job.trainer_pod_uid,
         execd_key=job.execd_key,
         reuse_allow_tags=job.reuse_allow_tags,
+        startup_script=job.startup_script,
     )
 
 

@@ -56,6 +56,8 @@ class SandboxSpec:
     # The job's execd key (``token`` is HMAC-SHA256(key, name)); a Kubernetes pod derives
     # its token from it. Never printed (repr=False), never in a pod object.
     execd_key: str = field(default="", repr=False)
+    # The job's startup script: execd runs it first in every session's shell (empty: none).
+    startup_script: str = ""
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,10 @@ def _validate(
     _require(egress in Egress.values, f"egress must be one of {', '.join(Egress.values)}")
 
 
+# A Kubernetes pod carries the script in an annotation (256 KiB for all of them).
+STARTUP_SCRIPT_MAX_BYTES = 64 * 1024
+
+
 def job_create(
     *,
     owner: Any,
@@ -88,6 +92,7 @@ def job_create(
     reuse_enabled: bool = False,
     reuse_max_uses: int = 8,
     reuse_allow_tags: bool = False,
+    startup_script: str = "",
     now: dt.datetime,
 ) -> Job:
     """Register a job after validating every field (nothing is written on bad input)."""
@@ -106,6 +111,11 @@ def job_create(
     )
     _require(len(trainer_pod_name) <= 253, "trainer_pod.name is longer than 253 characters")
     _require(len(trainer_pod_uid) <= 64, "trainer_pod.uid is longer than 64 characters")
+    _require(
+        len(startup_script.encode()) <= STARTUP_SCRIPT_MAX_BYTES,
+        f"startup_script is longer than {STARTUP_SCRIPT_MAX_BYTES} bytes",
+    )
+    _require("\0" not in startup_script, "startup_script must not contain NUL bytes")
     with transaction.atomic():
         job = Job.objects.create(
             owner=owner,
@@ -124,6 +134,7 @@ def job_create(
             reuse_enabled=bool(reuse_enabled),
             reuse_max_uses=reuse_max_uses,
             reuse_allow_tags=bool(reuse_allow_tags),
+            startup_script=startup_script,
             created_at=now,
         )
         publish_on_commit("job.state", {"job_id": job.pk, "state": job.state, "at": now})
