@@ -60,9 +60,8 @@ class Shell:
         startup_timeout: float = 300.0,
         whole_sandbox: bool = True,
     ) -> None:
-        """``startup``: run first in every shell this session starts (a failure is
-        reported, the shell kept); ``whole_sandbox``: ``close`` kills every sandbox
-        process (the default session), else only this shell's."""
+        """``startup``: run first in every shell this session starts; ``whole_sandbox``:
+        ``close`` kills every sandbox process (the default session), else this shell's."""
         self._args = (
             bash,
             workspace,
@@ -206,6 +205,7 @@ class Shell:
         hooks: Optional[Dict[str, Any]] = None,
         isolate: bool = False,
         output_cap: Optional[int] = None,
+        *,
         separate_stderr: bool = False,
     ) -> ExecAnswer:
         """``cwd`` for this call only; ``isolate``: in a subshell; ``output_cap``: this
@@ -214,9 +214,8 @@ class Shell:
         if not self._busy.acquire(blocking=False):
             raise Busy()
         try:
-            return self._run_locked(
-                command, timeout_s, cwd, hooks or {}, isolate, output_cap, separate_stderr
-            )
+            args = (command, timeout_s, cwd, hooks or {}, isolate, output_cap)
+            return self._run_locked(*args, separate_stderr=separate_stderr)
         finally:
             self._busy.release()
 
@@ -228,6 +227,7 @@ class Shell:
         hooks: Dict[str, Any],
         isolate: bool = False,
         output_cap: Optional[int] = None,
+        *,
         separate_stderr: bool = False,
     ) -> ExecAnswer:
         started = self.clock()
