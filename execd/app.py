@@ -21,7 +21,7 @@ from . import __version__, probe
 from .background import Background
 from .config import Config
 from .idempotency import KeyTable
-from .procs import Cgroup, ProcessTracker, Reaper, set_child_subreaper
+from .procs import Cgroup, ProcessTracker, set_child_subreaper
 from .protocol import (
     EnvAnswer,
     EnvRequest,
@@ -31,10 +31,14 @@ from .protocol import (
     ReadBytesRequest,
     ReadRequest,
     ResetAnswer,
+    SessionRequest,
+    SessionsAnswer,
     SignalRequest,
     StateRequest,
     WriteRequest,
 )
+from .reaper import Reaper
+from .sessions import Sessions
 from .shell import Busy, Shell
 from .streaming import Streamed
 from .wire import ApiError, parse, resolve
@@ -78,26 +82,40 @@ class App:
         self.reaper = Reaper()
         self.cgroup = Cgroup(cfg.cgroup) if cfg.cgroup else None
         self.tracker = ProcessTracker(self.session, self.reaper, set(cfg.track), self.cgroup)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDMAN_EXECD")}
-        self.shell = Shell(
-            cfg.bash,
-            cfg.workspace,
-            self.run_dir,
-            env,
-            self.tracker,
-            self.cgroup,
-            cfg.kill_grace,
-            cfg.output_cap,
-            cfg.test_hooks,
+        # Sandman's own variables (SANDMAN_SANDBOX, SANDMAN_EXECD*, ...) are execd's
+        # environment, never the commands'.
+        self._env = {k: v for k, v in os.environ.items() if not k.startswith("SANDMAN_")}
+        self.shell = self._new_shell("default", self.run_dir, cfg.startup, True)
+        self.sessions = Sessions(
+            self.shell, self._new_shell, self.run_dir, cfg.startup, cfg.max_sessions
         )
         self.keys = KeyTable(cfg.idempotency_keys, cfg.idempotency_ttl)
         self.background = Background(
-            cfg.bash, cfg.workspace, self.run_dir, env, self.session, self.reaper, cfg.kill_grace
+            cfg.bash, cfg.workspace, self.run_dir, self._env, self.reaper, cfg.kill_grace
         )
         self._state_lock = threading.Lock()
         self._lazy_lock = threading.Lock()
         self._files = None  # type: Optional[Any]
         self._state = None  # type: Optional[Any]
+
+    def _new_shell(
+        self, name: str, run_dir: str, startup: str, whole_sandbox: bool = False
+    ) -> Shell:
+        cfg = self.cfg
+        return Shell(
+            cfg.bash,
+            cfg.workspace,
+            run_dir,
+            self._env,
+            self.tracker,
+            self.cgroup,
+            cfg.kill_grace,
+            cfg.output_cap,
+            cfg.test_hooks,
+            startup=startup,
+            startup_timeout=cfg.default_timeout,
+            whole_sandbox=whole_sandbox,
+        )
 
     # The file and state services hash with hashlib, which loads OpenSSL: build
     # them on first use so an idle execd stays small.
@@ -141,7 +159,7 @@ class App:
     def close(self) -> None:
         try:
             self.background.kill_all()
-            self.shell.close()
+            self.sessions.close()
         finally:
             self.reaper.stop()
             if self._own_run_dir:
@@ -163,7 +181,6 @@ class App:
                 env[name.decode("utf-8", "surrogateescape")] = val.decode(
                     "utf-8", "surrogateescape"
                 )
-        env.pop("SANDMAN_EXECD", None)
         return env
 
     def write_env(self, set_: Dict[str, str], unset: List[str]) -> None:
@@ -225,20 +242,27 @@ class App:
                 limit=limit,
             )
         timeout = req.timeout_s if req.timeout_s is not None else self.cfg.default_timeout
+        shell = self.sessions.get(req.session)
         if req.background:
             return self._background(req, cwd, hooks)
         if req.stream:
-            return self._streamed(req, timeout, cwd, hooks)
+            return self._streamed(shell, req, timeout, cwd, hooks)
         try:
-            answer = self.shell.run(
-                req.command, timeout, cwd, hooks, bool(req.isolate), req.max_output_bytes
+            answer = shell.run(
+                req.command,
+                timeout,
+                cwd,
+                hooks,
+                bool(req.isolate),
+                req.max_output_bytes,
+                separate_stderr=req.stderr == "separate",
             )
             return answer.to_json()
         except Busy:
             raise _busy() from None
 
     def _streamed(
-        self, req: ExecRequest, timeout: float, cwd: str, hooks: Dict[str, Any]
+        self, shell: Shell, req: ExecRequest, timeout: float, cwd: str, hooks: Dict[str, Any]
     ) -> Streamed:
         # A stream keeps no output for its final frame, so its cap defaults to the job's
         # limit (--max-output-bytes), not to --output-cap.
@@ -246,8 +270,15 @@ class App:
 
         def run(sink: Any) -> Body:
             try:
-                answer = self.shell.run(
-                    req.command, timeout, cwd, hooks, bool(req.isolate), cap, sink
+                answer = shell.run(
+                    req.command,
+                    timeout,
+                    cwd,
+                    hooks,
+                    bool(req.isolate),
+                    cap,
+                    sink,
+                    separate_stderr=req.stderr == "separate",
                 )
             except Busy:
                 raise _busy() from None
@@ -262,7 +293,7 @@ class App:
         cap = self.cfg.max_output_bytes if req.max_output_bytes is None else req.max_output_bytes
         return self.background.start(req.command, cwd, req.timeout_s, cap)
 
-    def exec_poll(self, body: Body, ident: str, query: str) -> Body:
+    def exec_poll(self, body: Body, id: str, query: str = "") -> Body:  # noqa: A002
         from urllib.parse import parse_qs  # http.server has loaded it already
 
         args = {"offset": 0, "max_bytes": 1 << 20}
@@ -270,10 +301,10 @@ class App:
             if name not in args or not values[-1].isdigit():
                 raise ApiError(400, "bad_value", "the query takes offset and max_bytes (>= 0)")
             args[name] = int(values[-1])
-        return self.background.poll(ident, args["offset"], args["max_bytes"])
+        return self.background.poll(id, args["offset"], args["max_bytes"])
 
-    def exec_signal(self, body: Body, ident: str, query: str) -> Body:
-        return self.background.signal(ident, parse(SignalRequest, body).signal)
+    def exec_signal(self, body: Body, id: str) -> Body:  # noqa: A002
+        return self.background.signal(id, parse(SignalRequest, body).signal)
 
     def files_read(self, body: Body) -> Body:
         return self.files.read(parse(ReadRequest, body)).to_json()
@@ -295,7 +326,7 @@ class App:
     def reset(self, body: Body) -> Body:
         started = time.monotonic()
         killed = self.background.kill_all()
-        report = self.shell.reset()
+        report = self.sessions.reset()
         report["killed"] = sorted(set(report["killed"]) | set(killed))
         return ResetAnswer(
             killed=report["killed"],
@@ -303,6 +334,19 @@ class App:
             shell_alive=self.shell.alive(),
             duration_ms=round((time.monotonic() - started) * 1000, 1),
         ).to_json()
+
+    def sessions_create(self, body: Body) -> Body:
+        req = parse(SessionRequest, body)
+        return self.sessions.create(req.name, req.startup or "", req.startup_timeout_s).to_json()
+
+    def sessions_list(self, body: Body) -> Body:
+        return SessionsAnswer([s.to_json() for s in self.sessions.list()]).to_json()
+
+    def session_delete(self, body: Body, name: str) -> Body:
+        return self.sessions.delete(name).to_json()
+
+    def session_interrupt(self, body: Body, name: str) -> Body:
+        return self.sessions.interrupt(name).to_json()
 
     def probe(self, body: Body) -> Body:
         try:

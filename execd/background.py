@@ -33,7 +33,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional
 
 from .background_protocol import BackgroundHandle, BackgroundStatus, SignalAnswer
-from .procs import ENV_MARKER, Reaper
+from .reaper import Reaper
 from .wire import ApiError
 
 READ_CHUNK = 1 << 16
@@ -62,7 +62,6 @@ class Background:
         workspace: str,
         run_dir: str,
         env: Dict[str, str],
-        session: str,
         reaper: Reaper,
         kill_grace: float,
         max_running: int = 32,
@@ -73,7 +72,6 @@ class Background:
         self.workspace = workspace
         self.dir = os.path.join(run_dir, "bg")
         self.env = env
-        self.session = session
         self.reaper = reaper
         self.kill_grace = kill_grace
         self.max_running = max_running
@@ -95,7 +93,6 @@ class Background:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             ident = os.urandom(8).hex()
             env = dict(self.env)
-            env[ENV_MARKER] = "%s.bg%s" % (self.session, ident)
             out_r, out_w = os.pipe()
             try:
                 proc = self.reaper.spawn(

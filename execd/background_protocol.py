@@ -4,7 +4,7 @@ here and lists the routes in ``ROUTES``); kept apart only to keep that module sh
 rules: Python 3.8, standard library only, ``from_json`` never guesses.
 """
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, NamedTuple, Optional, Union
 
 from .shapes import answer, as_json
 
@@ -73,12 +73,3 @@ class SignalAnswer(NamedTuple):
     @classmethod
     def from_json(cls, obj: Any) -> "SignalAnswer":
         return answer(cls, "POST /exec/{id}/signal", obj)
-
-
-def route_template(path: str) -> Tuple[str, Optional[str]]:
-    """``/exec/<id>[/signal]`` as its route's template and the id; other paths as they are."""
-    parts = path.split("/")
-    if len(parts) in (3, 4) and parts[1] == "exec" and parts[2].isalnum():
-        if len(parts) == 3 or parts[3] == "signal":
-            return "/".join(["", "exec", "{id}"] + parts[3:]), parts[2]
-    return path, None

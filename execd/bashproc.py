@@ -16,10 +16,9 @@ protocol):
    no fork, with extglob on so a command that enables it on its first line
    still parses: a syntax error (open quote, unterminated heredoc) fails it
    and bash's diagnostic is captured in ``check.err`` - then cds to the cwd if
-   one was asked for, exports ``SANDMAN_EXECD=<session>.<marker>`` (so every
-   process the command starts can be found, even after setsid), and sources
-   ``command`` at top level (so ``declare`` stays global) with stdin from
-   /dev/null, stderr joined to stdout (the output pipe) and the status fd
+   one was asked for, and sources ``command`` at top level (so ``declare``
+   stays global) with stdin from /dev/null, stderr joined to stdout (the output
+   pipe; ``stderr: "separate"``: the stderr pipe, fd 43) and the status fd
    closed (``isolate``: sources it in a subshell instead, so the call cannot
    change the shell's state). A cwd given for the call is left again after it
    (the shell's own directory is kept), and notices of jobs that ended since
@@ -29,7 +28,13 @@ protocol):
    the status pipe (fd 40). Output and status never share a channel.
 
 The shell runs with job control (``set -m``), so every pipeline the command
-starts gets its own process group; timeouts kill those groups. A timed-out
+starts gets its own process group; timeouts kill those groups. bash is made a
+child subreaper before it execs, so a process a command orphans (double fork,
+setsid) is re-parented to that session's shell and stays in its process tree:
+commands carry no marker variable of execd's in their environment. SIGINT is
+trapped as a no-op in the shell, so an interrupt of the foreground job
+(``sessions.py``) does not end the shell; bash then abandons the rest of the
+command's line, and ``recover_line`` writes the frame the driver did not. A timed-out
 command is also stopped inside the shell: the SIGURG trap (a no-op between
 commands) returns 124 and installs a DEBUG trap (with functrace) that returns
 again before any further command, so it unwinds every function level and then
@@ -56,10 +61,12 @@ import threading
 from typing import Dict, Optional
 
 from .frames import OutputCapture, check_wrapper
-from .procs import ENV_MARKER, Cgroup, Reaper, pidfd_open
+from .procs import Cgroup, pidfd_open, subreaper_setter
+from .reaper import Reaper
 
 STATUS_FD = 40
 NULL_FD = 42  # /dev/null, opened once: a dup is cheaper than an open per command
+ERR_FD = 43  # the stderr pipe of ``stderr: "separate"`` calls
 F_SETPIPE_SZ = 1031
 READ_CHUNK = 1 << 20
 
@@ -100,7 +107,6 @@ fi
 if [[ -n $__sm_c ]] && ! \builtin cd -- "$__sm_c" 2>|"$__sm_d/check.err"; then
 \builtin printf '%s c 1\n' "$__sm_m" >&40; __sm_restore; \builtin return 1
 fi
-\builtin export SANDMAN_EXECD="$__sm_s.$__sm_m"
 __sm_in=1; __sm_restore
 }
 __sm_post() {
@@ -115,27 +121,33 @@ __sm_f=${__sm_f//x/}; __sm_restore
 readonly -f __sm_off __sm_restore __sm_pre __sm_post
 readonly __sm_unwind='[[ -n $__sm_a ]] && (( ${#BASH_SOURCE[@]} > 1 )) && \builtin return 124'
 \builtin trap '[[ -n $__sm_in ]] && { __sm_a=1 __sm_t=$-; \builtin set -T;
-\builtin trap "$__sm_unwind" DEBUG; \builtin return 124; }' URG"""
+\builtin trap "$__sm_unwind" DEBUG; \builtin return 124; }' URG
+\builtin trap '\builtin :' INT"""
 
 # The per-command text ``eval`` parses: the user's file is sourced here, at top
 # level, never inside a function (where ``declare`` would make locals), with
 # stdin from /dev/null, stderr joined to stdout (the output pipe unless the
 # command itself redirected it with exec) and the status fd closed.
 _DRIVE = (
-    r"""{ __sm_pre && { \builtin source "$__sm_d/command" 2>&1 <&42 40>&- 42>&-;"""
+    r"""{ __sm_pre && { \builtin source "$__sm_d/command" 2>&$__sm_2 <&42 40>&- 42>&- 43>&-;"""
     r""" __sm_r=$?; [[ -z $__sm_a ]] || \builtin trap - DEBUG; __sm_post; }; } 2>&42;"""
     r""" \builtin :"""
 )
 # ``isolate``: the same file sourced in a subshell, which sees the shell's variables,
 # functions and cwd but cannot change them; ``exit`` or ``set -e`` ends the subshell only.
 _DRIVE_ISOLATED = _DRIVE.replace(
-    r"""\builtin source "$__sm_d/command" 2>&1""", r"""( \builtin source "$__sm_d/command" ) 2>&1"""
+    r"""\builtin source "$__sm_d/command" 2>&$__sm_2""",
+    r"""( \builtin source "$__sm_d/command" ) 2>&$__sm_2""",
 )
 
 # Test hook only (--test-hooks): the status fd stays open inside the command,
 # so a test can write forged, empty or cut-off frames (Table A25, forced cases).
 _DRIVE_EXPOSED = _DRIVE.replace(" 40>&-", "")
 _DRIVE_ISOLATED_EXPOSED = _DRIVE_ISOLATED.replace(" 40>&-", "")
+
+
+# Run in the forked child before bash execs (only a prctl: no allocation, no lock).
+_SUBREAPER = subreaper_setter()
 
 
 def _fionread(fd: int) -> int:
@@ -162,15 +174,16 @@ class BashProcess:
         script_r, self._script_w = os.pipe()
         self.status_r, status_w = os.pipe()
         self.out_r, out_w = os.pipe()
-        try:
-            fcntl.fcntl(self.out_r, F_SETPIPE_SZ, READ_CHUNK)
-        except OSError:
-            pass  # the default 64 KiB pipe works, only with more wakeups
-        os.set_blocking(self.out_r, False)
+        self.err_r, err_w = os.pipe()
+        for fd in (self.out_r, self.err_r):
+            try:
+                fcntl.fcntl(fd, F_SETPIPE_SZ, READ_CHUNK)
+            except OSError:
+                pass  # the default 64 KiB pipe works, only with more wakeups
+            os.set_blocking(fd, False)
         self._cmd_fd = os.open(os.path.join(run_dir, "command"), os.O_RDWR | os.O_CREAT, 0o600)
         self._chk_fd = os.open(os.path.join(run_dir, "check"), os.O_RDWR | os.O_CREAT, 0o600)
         child_env = dict(env)
-        child_env[ENV_MARKER] = session + ".shell"
         argv = [bash, "--noprofile", "--norc", "/dev/fd/%d" % script_r]
         self.proc = reaper.spawn(
             lambda: subprocess.Popen(
@@ -178,14 +191,15 @@ class BashProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=out_w,
-                pass_fds=(script_r, status_w),
+                pass_fds=(script_r, status_w, err_w),
                 start_new_session=True,
                 cwd=workspace,
                 env=child_env,
+                preexec_fn=_SUBREAPER,
             )
         )  # type: subprocess.Popen
         self.pid = self.proc.pid
-        for fd in (script_r, status_w, out_w):
+        for fd in (script_r, status_w, out_w, err_w):
             os.close(fd)
         if cgroup is not None:
             cgroup.add(self.pid)  # bash is still blocked reading its script: nothing escaped
@@ -195,16 +209,16 @@ class BashProcess:
         self._active = False  # a command owns the output pipe
         self._closing = False
         self._wake_r, self._wake_w = os.pipe()
-        self._write_init(script_r, status_w, workspace, session, test_hooks)
+        self._write_init(script_r, status_w, err_w, workspace, session, test_hooks)
         threading.Thread(target=self._drain_idle, name="drain-%d" % self.pid, daemon=True).start()
 
     def _write_init(
-        self, script_r: int, status_w: int, workspace: str, session: str, hooks: bool
+        self, script_r: int, status_w: int, err_w: int, workspace: str, session: str, hooks: bool
     ) -> None:
         q = shlex.quote
         lines = [
-            "exec %d<&- %d>&%d %d>&- %d<>/dev/null"
-            % (script_r, STATUS_FD, status_w, status_w, NULL_FD),
+            "exec %d<&- %d>&%d %d>&- %d<>/dev/null %d>&%d %d>&-"
+            % (script_r, STATUS_FD, status_w, status_w, NULL_FD, ERR_FD, err_w, err_w),
             "BASH_ARGV0=bash",
             "\\builtin cd -- %s || exit 97" % q(workspace),
             "readonly __sm_d=%s __sm_s=%s" % (q(self.run_dir), q(session)),
@@ -231,15 +245,29 @@ class BashProcess:
             os.ftruncate(fd, len(data))
 
     def control_line(
-        self, marker: str, cwd: str, expose_status_fd: bool, isolate: bool = False
+        self,
+        marker: str,
+        cwd: str,
+        expose_status_fd: bool,
+        isolate: bool = False,
+        separate_stderr: bool = False,
     ) -> str:
         drive = "__sm_drive_" + ("t" if expose_status_fd else "") + ("i" if isolate else "")
         drive = drive.rstrip("_")
-        return '__sm_m=%s __sm_c=%s;\\builtin eval "$%s"\n' % (
+        return '__sm_m=%s __sm_c=%s __sm_2=%d;\\builtin eval "$%s"\n' % (
             marker,
             shlex.quote(cwd) if cwd else "",
+            ERR_FD if separate_stderr else 1,
             drive,
         )
+
+    @staticmethod
+    def recover_line() -> str:
+        """Sent after an interrupt: when bash abandoned the command's line (its foreground
+        job died of SIGINT) the driver is still inside the command, so this line ends it
+        as ``__sm_post`` would, with status 130; after a command that ended normally it
+        does nothing. bash reads it only once the current line is done."""
+        return "[[ -n $__sm_in ]] && { __sm_r=130; __sm_post; }; \\builtin :\n"
 
     def begin(self) -> None:
         """Keep the idle drainer off the pipe and drop output that arrived between
@@ -247,27 +275,32 @@ class BashProcess:
         with self._io_lock:
             self._active = True
             self.read_pending(None)
+            self.read_pending(None, self.err_r)
 
     def end(self) -> None:
         self._active = False
 
-    def read_output(self, capture: Optional[OutputCapture], limit: int = READ_CHUNK) -> int:
-        """One non-blocking read into ``capture`` (None: drop it); returns the bytes
-        read, 0 when there was nothing."""
+    def read_output(
+        self, capture: Optional[OutputCapture], limit: int = READ_CHUNK, fd: int = -1
+    ) -> int:
+        """One non-blocking read (of the output pipe, or ``fd``) into ``capture`` (None:
+        drop it); returns the bytes read, 0 when there was nothing."""
         try:
-            n = os.readv(self.out_r, [memoryview(self._buf)[: min(limit, READ_CHUNK)]])
+            n = os.readv(
+                self.out_r if fd < 0 else fd, [memoryview(self._buf)[: min(limit, READ_CHUNK)]]
+            )
         except BlockingIOError:
             return 0
         if n > 0 and capture is not None:
             capture.feed(memoryview(self._buf)[:n])
         return n
 
-    def read_pending(self, capture: Optional[OutputCapture]) -> None:
-        """Read what is in the output pipe now (all a finished command wrote), but
-        not what background writers add meanwhile."""
-        pending = _fionread(self.out_r)
+    def read_pending(self, capture: Optional[OutputCapture], fd: int = -1) -> None:
+        """Read what is in the output pipe (or ``fd``) now (all a finished command wrote),
+        but not what background writers add meanwhile."""
+        pending = _fionread(self.out_r if fd < 0 else fd)
         while pending > 0:
-            n = self.read_output(capture, pending)
+            n = self.read_output(capture, pending, fd)
             if n <= 0:
                 break
             pending -= n
@@ -322,6 +355,7 @@ class BashProcess:
                     continue
                 try:
                     self.read_pending(None)
+                    self.read_pending(None, self.err_r)
                 except OSError:
                     break
         os.close(self._wake_r)
@@ -344,6 +378,7 @@ class BashProcess:
                 self._script_w,
                 self.status_r,
                 self.out_r,
+                self.err_r,
                 self._cmd_fd,
                 self._chk_fd,
                 self._wake_w,

@@ -50,6 +50,8 @@ class Config(NamedTuple):
     test_hooks: bool
     verbose: bool
     limits: Limits
+    startup: str  # --startup-file's text: run first in every session's shell
+    max_sessions: int
     idempotency_keys: int = 1024
     idempotency_ttl: float = 600.0
 
@@ -166,8 +168,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     )
     p.add_argument(
         "--track",
-        default="tree,env,cgroup",
-        help="how sandbox processes are found (tree, env, cgroup)",
+        default="tree,cgroup",
+        help="how sandbox processes are found (tree, cgroup)",
     )
     p.add_argument(
         "--idempotency-keys",
@@ -183,10 +185,24 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     )
     p.add_argument("--no-subreaper", dest="subreaper", action="store_false")
     p.add_argument("--bash", default="bash")
+    p.add_argument(
+        "--startup-file",
+        help="a bash script run first in every session's shell (the job's startup, "
+        "e.g. conda activate); read once at start",
+    )
+    p.add_argument(
+        "--max-sessions", type=int, default=32, help="named sessions, the default included"
+    )
     p.add_argument("--test-hooks", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
     token = _read_token(p, a)
+    startup = ""
+    if a.startup_file:
+        with open(a.startup_file, "rb") as f:
+            startup = f.read().decode("utf-8", "surrogateescape")
+        if "\0" in startup:
+            p.error("the startup file holds a NUL byte")
     workspace = os.path.abspath(a.workspace)
     if not os.path.isdir(workspace):
         p.error("the workspace %s is not a directory" % workspace)
@@ -219,4 +235,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         limits=Limits(a.idle_timeout, a.header_timeout, a.body_timeout, a.max_connections),
         idempotency_keys=max(1, a.idempotency_keys),
         idempotency_ttl=a.idempotency_ttl,
+        startup=startup,
+        max_sessions=max(1, a.max_sessions),
     )

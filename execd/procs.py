@@ -6,9 +6,10 @@ orphans, and execd makes itself a child subreaper so that orphaned
 descendants come back to it instead.
 
 A process belongs to the sandbox when at least one tracker says so:
-``tree`` (a descendant of execd), ``env`` (its /proc/PID/environ carries
-``SANDMAN_EXECD=<session>.<command marker>``, inherited from the shell even
-across setsid) or ``cgroup`` (a member of the cgroup execd was given).
+``tree`` (a descendant of execd; every shell is a child subreaper too, so what a
+command orphans, even after setsid, stays below its session's shell) or ``cgroup`` (a
+member of the cgroup execd was given). No marker variable is put in commands'
+environment: Sandman's own variables are not theirs to see.
 
 Invariants: execd never signals its own process group or a process it cannot
 attribute to the sandbox, and never reaps a pid in the reaper's ``known`` set
@@ -21,19 +22,15 @@ import ctypes
 import errno
 import logging
 import os
-import select
 import signal
-import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, NamedTuple, Optional, Set
 
-if TYPE_CHECKING:  # annotations only: the daemon imports subprocess where it spawns
-    import subprocess
+if TYPE_CHECKING:  # annotations only
+    from .reaper import Reaper
 
 log = logging.getLogger("execd.procs")
 
-ENV_MARKER = "SANDMAN_EXECD"
-_ENV_PREFIX = (ENV_MARKER + "=").encode()
 PR_SET_CHILD_SUBREAPER = 36
 SYS_PIDFD_OPEN = 434  # the same number on every Linux architecture
 
@@ -110,17 +107,6 @@ def is_running(pid: int, starttime: Optional[int] = None) -> bool:
     return starttime is None or info.starttime == starttime
 
 
-def env_marker(pid: int) -> Optional[str]:
-    """The SANDMAN_EXECD value in a process's initial environment, if readable."""
-    data = _read_small("/proc/%d/environ" % pid, 1 << 20)
-    if data is None:
-        return None
-    for item in data.split(b"\0"):
-        if item.startswith(_ENV_PREFIX):
-            return item[len(_ENV_PREFIX) :].decode("ascii", "replace")
-    return None
-
-
 def descendants(procs: Dict[int, ProcInfo], roots: Iterable[int]) -> Set[int]:
     children = {}  # type: Dict[int, List[int]]
     for info in procs.values():
@@ -138,6 +124,21 @@ def descendants(procs: Dict[int, ProcInfo], roots: Iterable[int]) -> Set[int]:
 def boot_ticks() -> int:
     """Now, in the unit of /proc/PID/stat starttime."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def subreaper_setter() -> Optional[Callable[[], None]]:
+    """A function that makes the calling process a child subreaper, for ``preexec_fn``
+    (the attribute survives execve): the libc function is looked up here, in the
+    parent, so the forked child only makes the one call. None without libc's prctl."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def setter() -> None:
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+    return setter
 
 
 def set_child_subreaper() -> bool:
@@ -195,101 +196,6 @@ class Cgroup:
                 log.warning("cgroup.kill failed for %s", self.path, exc_info=True)
 
 
-class Reaper:
-    """Reaps zombie children of execd that nobody else waits for.
-
-    ``notify`` runs in the SIGCHLD handler, so it takes no lock: a Python signal handler
-    runs between bytecodes of the main thread, and one that took the lock of an
-    ``Event`` could interrupt the same thread inside that ``Event.set`` (a second
-    SIGCHLD during the first handler) and wait for itself forever (seen: execd hung at
-    stop). It writes one byte to a self-pipe, which the reaper thread selects on.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._known = set()  # type: Set[int]
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._stopped = False
-        self._thread = None  # type: Optional[threading.Thread]
-        self.reaped_total = 0
-
-    def start(self, interval: float = 2.0) -> None:
-        t = threading.Thread(target=self._loop, args=(interval,), name="reaper", daemon=True)
-        self._thread = t
-        t.start()
-
-    def stop(self) -> None:
-        self._stopped = True
-        self.notify()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        if self._thread is None or not self._thread.is_alive():
-            w, self._wake_w = self._wake_w, -1
-            for fd in (self._wake_r, w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-
-    def notify(self) -> None:
-        """Called from the SIGCHLD handler: async-signal-safe, no lock."""
-        fd = self._wake_w
-        if fd < 0:
-            return
-        try:
-            os.write(fd, b"\0")
-        except OSError:
-            pass  # the pipe is full (a wake-up is pending anyway) or closed at stop
-
-    def spawn(self, start: Callable[[], "subprocess.Popen[Any]"]) -> "subprocess.Popen[Any]":
-        """Run ``start()`` (which forks) and register the child's pid atomically."""
-        with self._lock:
-            child = start()
-            self._known.add(child.pid)
-            return child
-
-    def forget(self, pid: int) -> None:
-        with self._lock:
-            self._known.discard(pid)
-
-    def known(self) -> Set[int]:
-        with self._lock:
-            return set(self._known)
-
-    def reap_now(self) -> List[int]:
-        me = os.getpid()
-        reaped = []
-        with self._lock:
-            for info in scan().values():
-                if info.ppid != me or info.state != "Z" or info.pid in self._known:
-                    continue
-                try:
-                    if os.waitpid(info.pid, os.WNOHANG)[0] == info.pid:
-                        reaped.append(info.pid)
-                except ChildProcessError:
-                    pass
-        self.reaped_total += len(reaped)
-        return reaped
-
-    def _loop(self, interval: float) -> None:
-        while not self._stopped:
-            # SIGCHLD wakes us; the interval is a safety net
-            select.select([self._wake_r], [], [], interval)
-            try:
-                while os.read(self._wake_r, 512):
-                    pass
-            except OSError:
-                pass  # drained (EAGAIN)
-            if self._stopped:
-                break
-            try:
-                self.reap_now()
-            except OSError:
-                log.warning("reaper pass failed", exc_info=True)
-
-
 def _signal(pid: int, sig: int) -> bool:
     try:
         os.kill(pid, sig)
@@ -304,7 +210,7 @@ def kill_processes(
     collect: Callable[[], Dict[int, ProcInfo]],
     grace: float,
     protect_pgids: Set[int],
-    reaper: Optional[Reaper] = None,
+    reaper: Optional["Reaper"] = None,
     cgroup: Optional[Cgroup] = None,
     poll: float = 0.01,
     clock: Callable[[], float] = time.monotonic,
@@ -361,7 +267,7 @@ class ProcessTracker:
     def __init__(
         self,
         session: str,
-        reaper: Reaper,
+        reaper: "Reaper",
         track: Set[str],
         cgroup: Optional[Cgroup] = None,
     ) -> None:
@@ -377,12 +283,6 @@ class ProcessTracker:
         picked = set()  # type: Set[int]
         if "tree" in self.track:
             picked |= descendants(procs, [self.execd_pid])
-        if "env" in self.track:
-            prefix = self.session + "."
-            for pid in procs:
-                value = env_marker(pid)
-                if value is not None and value.startswith(prefix):
-                    picked.add(pid)
         if "cgroup" in self.track and self.cgroup is not None:
             picked |= self.cgroup.members()
         picked.discard(self.execd_pid)
@@ -392,22 +292,49 @@ class ProcessTracker:
     def command_processes(
         self, marker: str, shell_pid: int, since_tick: int
     ) -> Dict[int, ProcInfo]:
-        """Live processes one command started: its env marker, their descendants and
-        process groups, and (for commands that cleared their environment) children
-        of the shell created after the command began."""
+        """Live processes one command started: children of the shell created after the
+        command began (orphans included: the shell is their subreaper), their process
+        groups and descendants."""
         procs = scan()
         shell = procs.get(shell_pid)
         shell_pgid = shell.pgid if shell is not None else shell_pid
-        wanted = self.session + "." + marker
         seeds = set()  # type: Set[int]
-        for pid in procs:
-            if pid != shell_pid and env_marker(pid) == wanted:
-                seeds.add(pid)
         for info in procs.values():
-            if info.ppid == shell_pid and info.starttime > since_tick:
+            # >=: a child started in the command's first clock tick is its own (a
+            # background job started in that same tick by the previous one would be too)
+            if info.ppid == shell_pid and info.starttime >= since_tick:
                 seeds.add(info.pid)
         groups = {procs[p].pgid for p in seeds} - {shell_pgid, os.getpgrp()}
         seeds |= {p for p, i in procs.items() if i.pgid in groups}
         seeds |= descendants(procs, seeds)
         seeds -= {shell_pid, self.execd_pid}
         return {p: procs[p] for p in seeds if procs[p].state not in "ZXx"}
+
+    def foreground_group(self, shell_pid: int, since_tick: int) -> int:
+        """The process group of the running command's foreground job, as far as /proc
+        can tell without a terminal: the newest live child of the shell started since
+        the command began (jobs of earlier commands are older). 0 when there is none."""
+        procs = scan()
+        shell = procs.get(shell_pid)
+        skip = {shell.pgid if shell is not None else shell_pid, os.getpgrp(), 0}
+        jobs = [
+            (i.starttime, i.pid, i.pgid)
+            for i in procs.values()
+            if i.ppid == shell_pid
+            and i.starttime >= since_tick
+            and i.state not in "ZXx"
+            and i.pgid not in skip
+        ]
+        return max(jobs)[2] if jobs else 0
+
+    def shell_processes(self, shell_pid: Optional[int], helpers: Set[int]) -> Dict[int, ProcInfo]:
+        """One session's processes: its shell and the shell's tree (what its commands
+        orphaned included: the shell is their subreaper), plus orphans of shells that
+        died (execd's children that are not ``helpers``); never another live shell's."""
+        procs = scan()
+        roots = [p for p, i in procs.items() if i.ppid == self.execd_pid and p not in helpers]
+        mine = descendants(procs, roots + ([shell_pid] if shell_pid else []))
+        mine.update(roots)
+        if shell_pid in procs:
+            mine.add(shell_pid)
+        return {p: procs[p] for p in mine if procs[p].state not in "ZXx"}

@@ -22,7 +22,11 @@ from .background_protocol import BackgroundHandle as BackgroundHandle
 from .background_protocol import BackgroundStatus as BackgroundStatus
 from .background_protocol import SignalAnswer as SignalAnswer
 from .background_protocol import SignalRequest as SignalRequest
-from .background_protocol import route_template as route_template
+from .protocol_sessions import DeletedAnswer as DeletedAnswer
+from .protocol_sessions import InterruptAnswer as InterruptAnswer
+from .protocol_sessions import SessionAnswer as SessionAnswer
+from .protocol_sessions import SessionRequest as SessionRequest
+from .protocol_sessions import SessionsAnswer as SessionsAnswer
 from .shapes import ProtocolError as ProtocolError  # clients catch it from here
 from .shapes import answer, as_json
 
@@ -47,6 +51,10 @@ class ExecRequest(NamedTuple):
     # starts the command beside the shell and answers a handle (execd/background.py).
     stream: Optional[bool] = None
     background: Optional[bool] = None
+    # sessions (execd/sessions.py): the named shell to run in (None: "default"), and
+    # "merged" (None: stderr joined to stdout) or "separate" (ExecAnswer.stderr)
+    session: Optional[str] = None
+    stderr: Optional[str] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -170,6 +178,9 @@ class ExecAnswer(NamedTuple):
     error: Optional[str] = None
     timed_out: bool = False
     error_code: Optional[str] = None
+    # only with ``stderr: "separate"``: stderr (capped like ``output``) and its byte count
+    stderr: Optional[str] = None
+    stderr_bytes: Optional[int] = None
 
     def to_json(self) -> Json:
         return _json(self)
@@ -190,6 +201,8 @@ ERROR_CODES = (
     "invalid_frame",
     "reset",
     "stopping",
+    "interrupted",  # POST /sessions/{name}/interrupt (SIGINT to the foreground job)
+    "session_closed",  # DELETE /sessions/{name} while the command ran
 )
 
 
@@ -377,4 +390,9 @@ ROUTES: Dict[Tuple[str, str], Route] = {
     ("GET", "/probe"): Route(None, ProbeAnswer),
     ("GET", "/exec/{id}"): Route(None, BackgroundStatus),
     ("POST", "/exec/{id}/signal"): Route(SignalRequest, SignalAnswer),
+    # sessions (execd/sessions.py); ``{name}`` is a path segment
+    ("POST", "/sessions"): Route(SessionRequest, SessionAnswer),
+    ("GET", "/sessions"): Route(None, SessionsAnswer),
+    ("DELETE", "/sessions/{name}"): Route(None, DeletedAnswer),
+    ("POST", "/sessions/{name}/interrupt"): Route(None, InterruptAnswer),
 }

@@ -29,61 +29,18 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import __version__, idempotency, limits, protocol, streaming
 from .acceptor import AcceptLoop
 from .app import App
+from .routes import _REASONS, PATHS, QUERY_HANDLERS, ROUTES, match  # noqa: F401
 from .wire import ApiError
 
 log = logging.getLogger("execd.server")
 
 # how long ``stop_serving`` waits for the accept loop to leave its current accept
 STOP_ACCEPT_S = 5.0
-
-
-class Route(NamedTuple):
-    handler: str  # App method name
-    auth: bool
-
-
-HANDLERS = {
-    ("GET", "/health"): "health",
-    ("POST", "/exec"): "exec",
-    ("POST", "/files/read"): "files_read",
-    ("POST", "/files/read_bytes"): "files_read_bytes",
-    ("POST", "/files/write"): "files_write",
-    ("GET", "/env"): "env_get",
-    ("POST", "/env"): "env_post",
-    ("POST", "/reset"): "reset",
-    ("POST", "/state/baseline"): "state_baseline",
-    ("POST", "/state/check"): "state_check",
-    ("POST", "/state/restore"): "state_restore",
-    ("GET", "/probe"): "probe",
-    ("GET", "/exec/{id}"): "exec_poll",  # templated: the handler gets (body, id, query)
-    ("POST", "/exec/{id}/signal"): "exec_signal",
-}
-# Every route the protocol declares, with its auth rule from there (a KeyError at import
-# if a declared route has no handler).
-ROUTES = {key: Route(HANDLERS[key], shape.auth) for key, shape in protocol.ROUTES.items()}  # type: Dict[Tuple[str, str], Route]
-PATHS = frozenset(path for _method, path in ROUTES)
-
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    408: "Request Timeout",
-    409: "Conflict",
-    411: "Length Required",
-    413: "Payload Too Large",
-    422: "Unprocessable Entity",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-}
 
 
 class Server(ThreadingHTTPServer):
@@ -312,8 +269,7 @@ class Handler(BaseHTTPRequestHandler):
                     "send the token as Authorization: Bearer <token>, never in the URL",
                 )
             raw = self._read_body(app.cfg.max_body_bytes)
-            template, ident = protocol.route_template(path)
-            route = ROUTES.get((method, template))
+            route, params, known = match(method, path)
             credentials = self.headers.get("Authorization")
             # /health needs no token (a kubelet probe sends none), but one that is sent is
             # checked: a caller can tell its own sandbox from another on a reused address.
@@ -321,7 +277,7 @@ class Handler(BaseHTTPRequestHandler):
             if checked and not app.authorized(credentials):
                 raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
             if route is None:
-                if template in PATHS:
+                if known:
                     raise ApiError(
                         405, "method_not_allowed", "%s does not take %s" % (path, method)
                     )
@@ -337,8 +293,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_recorded(ticket)
                 return
             try:
-                args = (body,) if ident is None else (body, ident, query)
-                result = getattr(app, route.handler)(*args)
+                kwargs = dict(params, query=query) if route.handler in QUERY_HANDLERS else params
+                result = getattr(app, route.handler)(body, **kwargs)
                 if isinstance(result, streaming.Streamed):
                     self.send_stream(result, ticket)
                 else:

@@ -12,6 +12,11 @@ Invariants:
 - Shell death is noticed at once through a pidfd (or a 50 ms poll where
   pidfd_open is missing), never at the command timeout, even while a child
   still holds the output pipe (Table A22).
+- One Shell is one session (``sessions.py``): a restart kills only this shell's
+  process tree (and orphans of dead shells), never another session's; only
+  ``kill_sandbox`` (``/reset``, execd's shutdown, closing the default session)
+  reaches every process. A session's ``startup`` script runs first in every shell
+  it starts, before any command.
 """
 
 import logging
@@ -23,30 +28,16 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .bashproc import BashProcess
 from .frames import FrameError, FrameParser, OutputCapture
+from .outcome import Busy, Outcome, classify, join, shell_death
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
 from .streaming import Sink, capture_for
-from .timeouts import Timeout
+from .timeouts import Timeout, interrupt
 
 if TYPE_CHECKING:  # names used in annotations only
-    from .frames import Frame
-    from .procs import Reaper
+    from .reaper import Reaper
 
 log = logging.getLogger("execd.shell")
-
-
-class Busy(Exception):
-    """Another command is running in the shell."""
-
-
-class _Outcome(object):
-    def __init__(self) -> None:
-        self.frame: Optional["Frame"] = None
-        self.frame_error = None  # type: Optional[str]
-        self.died = False
-        self.timed_out = False
-        self.gave_up = False
-        self.killed = []  # type: List[int]
 
 
 class Shell:
@@ -62,7 +53,12 @@ class Shell:
         output_cap: int,
         test_hooks: bool,
         clock: Callable[[], float] = time.monotonic,
+        startup: str = "",
+        startup_timeout: float = 300.0,
+        whole_sandbox: bool = True,
     ) -> None:
+        """``startup``: run first in every shell this session starts; ``whole_sandbox``:
+        ``close`` kills every sandbox process (the default session), else this shell's."""
         self._args = (
             bash,
             workspace,
@@ -80,17 +76,44 @@ class Shell:
         self.output_cap = output_cap
         self.clock = clock
         self._busy = threading.Lock()
-        self._resetting = False
-        self._closing = False
+        # also set by ``sessions.Sessions`` around a /reset or shutdown another session's
+        # shell carries out: a command running here then answers why it ended
+        self.resetting = False
+        self.closing = False
         self._proc = None  # type: Optional[BashProcess]
+        self.startup = startup
+        self.startup_timeout = startup_timeout
+        self.whole_sandbox = whole_sandbox
+        self._in_startup = False
+        self._current: Optional[Tuple[BashProcess, int]] = None  # running: shell, since
+        self._current_lock = threading.Lock()
+        self._interrupted = False
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self) -> Optional[ExecAnswer]:
+        """Start the shell; the startup script's answer (None without one)."""
         self._proc = BashProcess(*self._args)
         res = self._run_locked(":", 30.0, "", {})
         if res.exit_code != 0 or res.shell_restarted:
             raise RuntimeError("the shell did not start: %s" % (res.error or res.output))
+        return self._run_startup()
+
+    def _run_startup(self) -> Optional[ExecAnswer]:
+        if not self.startup or self._in_startup:
+            return None  # (a startup that killed its shell does not run again at once)
+        self._in_startup = True
+        try:
+            res = self._run_locked(self.startup, self.startup_timeout, "", {})
+        finally:
+            self._in_startup = False
+        if res.exit_code != 0 or res.error:
+            log.warning("startup script: exit %d %s", res.exit_code, res.error or "")
+        return res
+
+    def busy(self) -> bool:
+        """A command (or execd's own) is running in this shell."""
+        return self._busy.locked()
 
     @property
     def pid(self) -> Optional[int]:
@@ -102,8 +125,9 @@ class Shell:
     def close(self) -> Dict[str, List[int]]:
         """Kill every process the sandbox started; a running command returns (without a
         restart) and ``_busy`` is then kept, so no command starts again."""
-        self._closing = True
-        report = self.kill_sandbox()  # a running /exec sees its shell die and returns
+        self.closing = True
+        # a running /exec sees its shell die and returns
+        report = self.kill_sandbox() if self.whole_sandbox else self.kill_own()
         if not self._busy.acquire(timeout=self.kill_grace + 10.0):
             log.warning("the running command did not release the shell at close")
         if self._proc is not None:
@@ -122,19 +146,39 @@ class Shell:
             self.cgroup,
         )
 
+    def kill_own(self) -> Dict[str, List[int]]:
+        """Kill this shell and its process tree (what its commands orphaned included: the
+        shell is their subreaper), and orphans of shells that died (execd's children
+        nobody waits for); other sessions' shells and processes stay."""
+        collect = lambda: self.tracker.shell_processes(self.pid, self.reaper.known())  # noqa: E731
+        return kill_processes(collect, self.kill_grace, {os.getpgrp()}, self.reaper, None)
+
     def _restart(self) -> Dict[str, List[int]]:
-        """Kill the sandbox's processes and start a fresh shell (caller holds _busy)."""
-        report = self.kill_sandbox()
+        """Kill this shell's processes and start a fresh shell, its startup script first
+        (caller holds _busy)."""
+        report = self.kill_own()
         if self._proc is not None:
             self._proc.close(self.reaper)
         self._proc = BashProcess(*self._args)
+        self._run_startup()
         return report
 
-    def reset(self) -> Dict[str, Any]:
-        """Kill everything the sandbox started and start a fresh shell."""
-        self._resetting = True
+    def interrupt(self) -> Optional[int]:
+        """Interrupt the running command (``timeouts.interrupt``): the process group sent
+        SIGINT (0: a builtin was running, unwound instead), None when none runs."""
+        with self._current_lock:
+            if self._current is None:
+                return None
+            self._interrupted = True
+            return interrupt(self.tracker, *self._current)
+
+    def reset(self, kill: bool = True) -> Dict[str, Any]:
+        """Kill everything the sandbox started (``kill``: the caller did it already) and
+        start a fresh shell."""
+        self.resetting = True
         try:
-            report = self.kill_sandbox()  # a running /exec sees its shell die and returns
+            # a running /exec sees its shell die and returns
+            report = self.kill_sandbox() if kill else {"signalled": [], "survivors": []}
             if not self._busy.acquire(timeout=60):
                 raise RuntimeError("the running command did not release the shell")
             try:
@@ -142,7 +186,7 @@ class Shell:
             finally:
                 self._busy.release()
         finally:
-            self._resetting = False
+            self.resetting = False
         return {
             "killed": sorted(set(report["signalled"]) | set(report2["signalled"])),
             "survivors": report2["survivors"],
@@ -159,14 +203,16 @@ class Shell:
         isolate: bool = False,
         output_cap: Optional[int] = None,
         sink: Optional[Sink] = None,
+        *,
+        separate_stderr: bool = False,
     ) -> ExecAnswer:
-        """``cwd`` for this call only; ``isolate``: in a subshell; ``output_cap``: this
-        call's cap on kept output bytes (execd's --output-cap when None); ``sink``: stream
-        the output there as it is read (``streaming.StreamCapture``)."""
+        """``cwd``: this call only; ``isolate``: a subshell; ``output_cap``: kept bytes (None:
+        --output-cap); ``sink``: streamed output (``streaming.StreamCapture``)."""
         if not self._busy.acquire(blocking=False):
             raise Busy()
         try:
-            return self._run_locked(command, timeout_s, cwd, hooks or {}, isolate, output_cap, sink)
+            args = (command, timeout_s, cwd, hooks or {}, isolate, output_cap, sink)
+            return self._run_locked(*args, separate_stderr=separate_stderr)
         finally:
             self._busy.release()
 
@@ -179,6 +225,8 @@ class Shell:
         isolate: bool = False,
         output_cap: Optional[int] = None,
         sink: Optional[Sink] = None,
+        *,
+        separate_stderr: bool = False,
     ) -> ExecAnswer:
         started = self.clock()
         restarted = False
@@ -190,15 +238,18 @@ class Shell:
         marker = os.urandom(8).hex()
         cap = self.output_cap if output_cap is None else output_cap
         capture = capture_for(cap, sink, proc.scrub_bytes)  # type: OutputCapture
+        errors = OutputCapture(capture.head_cap + capture.tail_cap) if separate_stderr else None
         proc.stage(command)
         since = boot_ticks()
         proc.begin()
+        with self._current_lock:
+            self._current, self._interrupted = (proc, since), False
         try:
             try:
                 exposed = bool(hooks.get("expose_status_fd"))
-                proc.send(proc.control_line(marker, cwd, exposed, isolate))
+                proc.send(proc.control_line(marker, cwd, exposed, isolate, separate_stderr))
             except BrokenPipeError:
-                outcome = _Outcome()
+                outcome = Outcome()
                 outcome.died = True
             else:
                 outcome = self._exchange(
@@ -208,11 +259,15 @@ class Shell:
                     since,
                     capture,
                     int(hooks.get("status_read_size") or 4096),
+                    errors,
                 )
         finally:
+            with self._current_lock:
+                self._current = None
             proc.end()
-        result = self._result(proc, outcome, capture, started, timeout_s, restarted)
-        if outcome.timed_out and not result.shell_restarted and command != ":":
+        result = self._result(proc, outcome, capture, started, timeout_s, restarted, errors)
+        interrupted = result.error_code == "interrupted"
+        if (outcome.timed_out or interrupted) and not result.shell_restarted and command != ":":
             # bash prints the notices of the jobs the timeout killed when its next command
             # starts: let that be this no-op, whose output nobody sees.
             self._run_locked(":", 5.0, "", {})
@@ -226,11 +281,14 @@ class Shell:
         since: int,
         capture: OutputCapture,
         read_size: int,
-    ) -> _Outcome:
-        """Drain output and wait for the frame, the shell's death or the deadline."""
-        out = _Outcome()
+        errors: Optional[OutputCapture] = None,
+    ) -> Outcome:
+        """Drain output (stderr into ``errors``; dropped when None) and wait for the
+        frame, the shell's death or the deadline."""
+        out = Outcome()
         parser = FrameParser(marker)
-        fds = [proc.out_r, proc.status_r] + ([proc.pidfd] if proc.pidfd is not None else [])
+        fds = [proc.out_r, proc.status_r, proc.err_r]
+        fds += [proc.pidfd] if proc.pidfd is not None else []
         timeout = None  # type: Optional[Timeout]
         while True:
             now = self.clock()
@@ -245,6 +303,8 @@ class Shell:
             ready = select.select(fds, [], [], max(wait, 0.0))[0]
             if proc.out_r in ready:
                 proc.read_output(capture)
+            if proc.err_r in ready:
+                proc.read_output(errors, fd=proc.err_r)
             status_eof = False
             if proc.status_r in ready:
                 data = os.read(proc.status_r, read_size)
@@ -266,11 +326,13 @@ class Shell:
                     break
                 if out.frame is None:
                     proc.read_pending(capture)
+                    proc.read_pending(errors, proc.err_r)
                     out.died = True
                     out.frame_error = parser.describe_incomplete() if parser.buf else None
                     break
             if out.frame is not None:
                 proc.read_pending(capture)
+                proc.read_pending(errors, proc.err_r)
                 break
             if timeout is not None and timeout.step(self.clock()):
                 out.gave_up = True
@@ -282,49 +344,43 @@ class Shell:
     def _result(
         self,
         proc: BashProcess,
-        o: _Outcome,
+        o: Outcome,
         capture: OutputCapture,
         started: float,
         timeout_s: float,
         restarted: bool,
+        errors: Optional[OutputCapture] = None,
     ) -> ExecAnswer:
-        code, error, error_code = -1, None, None  # type: int, Optional[str], Optional[str]
         output = proc.scrub(capture.text())
-        if o.timed_out:
-            code, error_code = 124, "timeout"
-            error = "command timed out after %gs; killed %d process(es) it started" % (
-                timeout_s,
-                len(o.killed),
-            )
-            if o.gave_up:
-                error += "; the shell itself did not stop"
-        elif o.frame is not None:
-            code = o.frame.status
-            if o.frame.kind == "s":
-                error = proc.check_error() or "bash refused the command's syntax"
-                output, error_code = error + "\n", "syntax_error"  # what bash would print
-            elif o.frame.kind == "c":
-                error = "cd failed: %s" % (proc.check_error() or "cwd is not usable")
-                error_code = "cwd_failed"
-        elif o.frame_error is not None and not o.died:
-            error = "invalid status frame (%s)" % o.frame_error
-            error_code = "invalid_frame"
-        if self._resetting:  # /reset killed the command (and restarts the shell itself)
-            error = _join(error, "interrupted by /reset")
+        stderr = proc.scrub(errors.text()) if errors is not None else None
+        code, error, error_code = classify(o, proc, timeout_s)
+        if error_code == "syntax_error" and stderr is None:
+            output = (error or "") + "\n"  # what bash would print
+        elif error_code == "syntax_error":
+            stderr = (error or "") + "\n"
+        if self._interrupted and o.frame is not None and not o.timed_out:
+            if o.frame.status == 124 and o.frame.kind == "x":  # the unwind of a builtin
+                code = 130
+            error, error_code = "interrupted: SIGINT to the foreground process group", "interrupted"
+        if self.resetting:  # /reset killed the command (and restarts the shell itself)
+            error = join(error, "interrupted by /reset")
             error_code = "reset"
-        elif self._closing:  # execd is stopping: no new shell
-            error = _join(error, "interrupted: execd is stopping")
+        elif self.closing and not self.whole_sandbox:  # DELETE /sessions/{name}
+            error = join(error, "interrupted: the session was deleted")
+            error_code = "session_closed"
+        elif self.closing:  # execd is stopping: no new shell
+            error = join(error, "interrupted: execd is stopping")
             error_code = "stopping"
         elif o.died or o.gave_up or o.frame is None:
             rc = proc.wait_exit(1.0)  # status EOF can precede the exit becoming visible
             killed = self._restart()["signalled"]
             restarted = True
             if o.died and not o.timed_out:
-                code, error = _shell_death(rc, o.frame_error)
+                code, error = shell_death(rc, o.frame_error)
                 error_code = "shell_died"
             elif error_code is None:
                 error_code = "invalid_frame"
-            error = _join(
+            error = join(
                 error,
                 "killed %d leftover process(es) and started a new shell "
                 "(cwd, variables and functions reset)" % len(killed),
@@ -340,6 +396,8 @@ class Shell:
             shell_restarted=restarted,
             timed_out=o.timed_out,
             error_code=error_code,
+            stderr=stderr,
+            stderr_bytes=errors.total if errors is not None else None,
         )
 
     def internal(self, command: str, out_name: str, timeout_s: float = 30.0) -> bytes:
@@ -359,17 +417,3 @@ class Shell:
                 os.unlink(path)
             except OSError:
                 pass
-
-
-def _join(first: Optional[str], second: str) -> str:
-    return first + "; " + second if first else second
-
-
-def _shell_death(rc: Optional[int], frame_error: Optional[str]) -> Tuple[int, str]:
-    """Exit code and error for a shell that died during a command (bash convention:
-    128 + signal number when killed)."""
-    if rc is None:
-        return -1, "the shell closed its status channel"
-    how = "was killed by signal %d" % -rc if rc < 0 else "exited with status %d" % rc
-    detail = " (%s)" % frame_error if frame_error else ""
-    return (128 - rc if rc < 0 else rc), "the shell %s%s" % (how, detail)

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-from .procs import Reaper
+from .reaper import Reaper
 
 Entry = Dict[str, Any]
 CHUNK = 1 << 20

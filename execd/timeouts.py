@@ -1,4 +1,4 @@
-"""Stopping a command past its deadline, inside a shell that stays alive.
+"""Stopping a command past its deadline, or on an interrupt, inside a shell that stays alive.
 
 Invariant: a command is stopped without a shell restart when it can be - SIGURG makes the
 shell return from the sourced command while its processes get SIGTERM, then SIGKILL after
@@ -10,9 +10,12 @@ frame came, nothing the command started survives, and the shell has reaped its k
 import os
 import signal
 import time
-from typing import Any, Callable, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
 from .procs import ProcessTracker, kill_processes, read_stat
+
+if TYPE_CHECKING:  # annotations only
+    from .bashproc import BashProcess
 
 
 class Timeout(object):
@@ -95,3 +98,21 @@ class Timeout(object):
 def _zombie_child(pid: int, parent: int) -> bool:
     info = read_stat(pid)
     return info is not None and info.ppid == parent and info.state in "ZX"
+
+
+def interrupt(tracker: ProcessTracker, proc: "BashProcess", since: int) -> int:
+    """``POST /sessions/{name}/interrupt``: SIGINT to the running command's foreground
+    process group (the newest job it started that still runs), not to its other jobs or
+    any other session's; bash then abandons the rest of the command's line and the
+    recovery line ends it with status 130. With no such job (a builtin loop) the shell
+    is unwound as at a timeout. Returns the group signalled, 0 for none."""
+    pgid = tracker.foreground_group(proc.pid, since)
+    try:
+        if pgid:
+            os.killpg(pgid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGURG)
+        proc.send(proc.recover_line())
+    except OSError:  # the shell or the group is gone: the command is ending anyway
+        pass
+    return pgid

@@ -20,6 +20,7 @@ from .protocol import (
     ExecRequest,
     ReadBytesRequest,
     ReadRequest,
+    SessionRequest,
     WriteRequest,
 )
 from .shapes import FieldError, check
@@ -85,6 +86,30 @@ def _exec(req: ExecRequest) -> ExecRequest:
         no_nul("cwd", req.cwd)
         if "\n" in req.cwd:
             raise ApiError(400, "bad_value", "cwd must not contain a newline")
+    if req.session is not None:
+        session_name(req.session)
+    if req.stderr not in (None, "merged", "separate"):
+        raise ApiError(400, "bad_value", 'stderr is "merged" (the default) or "separate"')
+    return req
+
+
+SESSION_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def session_name(name: str) -> str:
+    """A session name: 1-64 of ``[A-Za-z0-9_.-]``, or ApiError(400)."""
+    if not 0 < len(name) <= 64 or not set(name) <= SESSION_NAME_CHARS or name in (".", ".."):
+        raise ApiError(400, "bad_value", "a session name is 1-64 letters, digits, '_', '.' or '-'")
+    return name
+
+
+def _session(req: SessionRequest) -> SessionRequest:
+    session_name(req.name)
+    if req.startup is not None:
+        no_nul("startup", req.startup)
+    t = req.startup_timeout_s
+    if t is not None and not (0 < t <= 7 * 86400):
+        raise ApiError(400, "bad_value", "startup_timeout_s must be > 0 and at most one week")
     return req
 
 
@@ -133,8 +158,8 @@ def _env(req: EnvRequest) -> EnvRequest:
     for name in list(req.set) + list(req.unset):
         if not _is_name(name):
             raise ApiError(400, "bad_value", "%r is not a shell variable name" % name)
-        if name.startswith("SANDMAN_EXECD") or name.startswith("__sm_"):
-            raise ApiError(400, "bad_value", "%s belongs to execd" % name)
+        if name.startswith("SANDMAN_") or name.startswith("__sm_"):
+            raise ApiError(400, "bad_value", "%s belongs to Sandman or execd" % name)
     for name, value in req.set.items():
         no_nul(name, value)
     return req
@@ -155,6 +180,7 @@ _VALIDATORS: Dict[type, Callable[[Any], Any]] = {
     ReadBytesRequest: _read_bytes,
     WriteRequest: _write,
     EnvRequest: _env,
+    SessionRequest: _session,
 }
 
 

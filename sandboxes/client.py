@@ -47,18 +47,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from execd import streaming
 from execd.protocol import (
     BackgroundHandle,
     BackgroundStatus,
+    DeletedAnswer,
     EnvAnswer,
     EnvRequest,
     ErrorAnswer,
     ExecAnswer,
     ExecRequest,
     HealthAnswer,
+    InterruptAnswer,
     ProbeAnswer,
     ProtocolError,
     ReadAnswer,
@@ -66,6 +68,9 @@ from execd.protocol import (
     ReadBytesRequest,
     ReadRequest,
     ResetAnswer,
+    SessionAnswer,
+    SessionRequest,
+    SessionsAnswer,
     SignalAnswer,
     SignalRequest,
     WriteAnswer,
@@ -226,24 +231,11 @@ class RunResult:
     timed_out: bool = False  # execd's timeout, not a command's own exit 124
     shell_restarted: bool = False
     error_code: str | None = None  # execd.protocol.ERROR_CODES
+    stderr: str | None = None  # only with stderr="separate"
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.error
-
-
-def _run_result(answer: ExecAnswer) -> RunResult:
-    return RunResult(
-        exit_code=answer.exit_code,
-        output=answer.output,
-        output_bytes=answer.output_bytes,
-        truncated=answer.truncated,
-        duration_ms=answer.duration_ms,
-        error=answer.error,
-        timed_out=answer.timed_out,
-        shell_restarted=answer.shell_restarted,
-        error_code=answer.error_code,
-    )
 
 
 class ExecStream:
@@ -366,6 +358,46 @@ class BytesResult:
 class WriteResult:
     size: int
     sha256: str
+
+
+class Session:
+    """A named persistent shell in a sandbox (``Sandbox.create_session``): its own cwd,
+    variables and functions, running beside the sandbox's other sessions."""
+
+    def __init__(self, sandbox: Sandbox, name: str, startup: RunResult | None = None) -> None:
+        self.sandbox = sandbox
+        self.name = name
+        self.startup = startup  # the startup script's result when the session was created
+
+    def __repr__(self) -> str:
+        return f"<Session {self.name} of sandbox {self.sandbox.sandbox_id}>"
+
+    def run(self, command: str, **kwargs: Any) -> RunResult:
+        """``Sandbox.run`` in this session (same keyword arguments)."""
+        return self.sandbox.run(command, session=self.name, **kwargs)
+
+    def interrupt(self) -> bool:
+        """SIGINT to this session's running foreground job; False when none was running."""
+        return self.sandbox.interrupt(self.name)
+
+    def close(self) -> None:
+        """Delete the session: its shell and every process it started end."""
+        self.sandbox.delete_session(self.name)
+
+
+def _run_result(answer: ExecAnswer) -> RunResult:
+    return RunResult(
+        exit_code=answer.exit_code,
+        output=answer.output,
+        output_bytes=answer.output_bytes,
+        truncated=answer.truncated,
+        duration_ms=answer.duration_ms,
+        error=answer.error,
+        timed_out=answer.timed_out,
+        shell_restarted=answer.shell_restarted,
+        error_code=answer.error_code,
+        stderr=answer.stderr,
+    )
 
 
 # --- the sandbox (execd) ------------------------------------------------------------------
@@ -516,15 +548,20 @@ class Sandbox:
         cwd: str | None = None,
         isolate: bool = False,
         max_output_bytes: int | None = None,
+        session: str | None = None,
+        stderr: str = "merged",
     ) -> RunResult:
-        """Run one command in the sandbox's persistent shell; ``cwd`` for this call only,
-        ``isolate``: in a subshell whose ``cd``, ``export`` or ``exit`` do not last."""
+        """Run one command in the sandbox's persistent shell (``session``: a named one);
+        ``cwd`` for this call only, ``isolate``: in a subshell whose ``cd``, ``export`` or
+        ``exit`` do not last; ``stderr="separate"``: stderr in ``RunResult.stderr``."""
         payload = ExecRequest(
             command,
             timeout_s=timeout_s,
             cwd=cwd,
             isolate=isolate or None,
             max_output_bytes=max_output_bytes,
+            session=session,
+            stderr=None if stderr == "merged" else stderr,
         ).to_json()
         # The HTTP wait must outlast execd's own timeout so execd's answer arrives.
         answer, _ = self._execd_json(
@@ -594,6 +631,41 @@ class Sandbox:
         ).to_json()
         handle, _ = self._execd_json(BackgroundHandle.from_json, "POST", "/exec", payload)
         return BackgroundCommand(self, handle)
+
+    # sessions: named shells beside the default one
+    def create_session(
+        self, name: str, *, startup: str | None = None, startup_timeout_s: float | None = None
+    ) -> Session:
+        """A new named shell; ``startup`` runs in it first (after the job's own startup
+        script), and again whenever the session's shell restarts."""
+        payload = SessionRequest(name, startup, startup_timeout_s).to_json()
+        timeout = (startup_timeout_s or 300.0) + 30.0
+        answer, _ = self._execd_json(
+            SessionAnswer.from_json, "POST", "/sessions", payload, timeout_s=timeout
+        )
+        ran = None
+        if answer.startup is not None:
+            try:
+                ran = _run_result(ExecAnswer.from_json(answer.startup))
+            except ProtocolError as exc:
+                raise SandmanClientError(200, "bad_response", str(exc), answer.startup) from exc
+        return Session(self, answer.name, ran)
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every session (``name``, ``pid``, ``alive``, ``busy``), ``default`` first."""
+        return self._execd_json(SessionsAnswer.from_json, "GET", "/sessions")[0].sessions
+
+    def delete_session(self, name: str) -> list[int]:
+        """End a session's shell and everything it started; returns the pids killed."""
+        path = f"/sessions/{quote(name, safe='')}"
+        return self._execd_json(DeletedAnswer.from_json, "DELETE", path)[0].killed
+
+    def interrupt(self, session: str = "default") -> bool:
+        """SIGINT to the session's running foreground job (its other jobs and other
+        sessions keep running); the interrupted ``run`` answers ``error_code
+        "interrupted"``. False when nothing was running."""
+        path = f"/sessions/{quote(session, safe='')}/interrupt"
+        return self._execd_json(InterruptAnswer.from_json, "POST", path, {})[0].interrupted
 
     def read(
         self, path: str, *, start_line: int | None = None, max_lines: int | None = None

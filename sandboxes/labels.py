@@ -17,6 +17,8 @@ EGRESS = "sandman.dev/egress"
 # Set when a sandbox is handed to an agent: a late pod carrying it is never made warm.
 AGENT = "sandman.dev/agent"
 NONCE_ANNOTATION = "sandman.dev/nonce"
+# The job's startup script; the downward API puts it in a file execd reads at start.
+STARTUP_ANNOTATION = "sandman.dev/startup-script"
 ANCHOR_KIND = "ConfigMap"
 
 # --- added for the kubernetes provider and the stand-in cluster -------------------------

@@ -62,6 +62,9 @@ class Job(models.Model):
     # service's default pool) and other node labels; never an instance type (Table A14).
     node_pool = models.CharField(max_length=63, blank=True, default="")
     node_selector = models.JSONField(default=dict, blank=True)
+    # A bash script execd runs first in every session's shell of the job's sandboxes (the
+    # BASH_ENV / ``conda activate`` case); empty: none.
+    startup_script = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     drained_at = models.DateTimeField(null=True, blank=True)
     execd_key = models.CharField(max_length=64, default=new_execd_key, editable=False)

@@ -18,7 +18,7 @@ from execd.tests.helpers import Client
 pytestmark = pytest.mark.timeout(120)
 
 MARKER = "0123456789abcdef"
-FORGE = "m=${SANDMAN_EXECD##*.}; "  # the command's own marker, as a test can see it
+FORGE = "m=$__sm_m; "  # the command's own marker (a shell variable of the driver's)
 
 
 # -- the parser on its own ---------------------------------------------------------

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from execd.procs import read_stat
 from execd.tests.helpers import Client, is_running, proc_state, read_pids
 
 pytestmark = pytest.mark.timeout(60)
@@ -145,24 +146,19 @@ def test_reset_kills_a_detached_own_session_child_left_running(client: Client, t
     reset_and_assert_gone(client, [pid])
 
 
-@pytest.mark.parametrize(
-    "track, command",
-    [
-        # env marker alone: own session, double-forked, environment kept
-        ("env", "setsid -f sh -c 'echo $$ > {p}; exec sleep 300'"),
-        # process tree alone (execd is the child subreaper): environment cleared too
-        ("tree", "setsid -f env -i sh -c 'echo $$ > {p}; exec sleep 300'"),
-    ],
-)
-def test_each_tracker_alone_finds_an_escaped_child(
-    start_execd, tmp_path, track: str, command: str
+def test_the_tree_alone_finds_an_escaped_child_below_its_session_shell(
+    start_execd, tmp_path
 ) -> None:
-    d = start_execd("--track", track)
+    """The shell is a child subreaper: a double-forked, setsid, env-cleared child is
+    re-parented to it (not to execd, nor to PID 1), so the tree finds it."""
+    d = start_execd("--track", "tree")
     c = d.client()
     p = tmp_path / "child.pid"
-    c.exec(command.format(p=p) + "; " + wait_files(p))
+    c.exec("setsid -f env -i sh -c 'echo $$ > %s; exec sleep 300'; " % p + wait_files(p))
     (pid,) = read_pids(p)
     assert is_running(pid)
+    shell = c.get("/sessions")["sessions"][0]["pid"]
+    assert read_stat(pid).ppid == shell
     reset_and_assert_gone(c, [pid])
     c.close()
 

@@ -22,7 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROGRAM = textwrap.dedent(
     """
     import os, signal, threading
-    from execd.procs import Reaper
+    from execd.reaper import Reaper
 
     reaper = Reaper()
     reaper.start(interval=60.0)

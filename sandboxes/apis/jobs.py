@@ -109,6 +109,9 @@ class JobOutputSerializer(serializers.Serializer):
     max_lifetime_s = serializers.FloatField()
     reuse = serializers.SerializerMethodField()
     placement = serializers.SerializerMethodField()
+    startup_script = serializers.CharField(
+        help_text="run first in every execd session of the job's sandboxes (empty: none)"
+    )
     created_at = serializers.DateTimeField()
     drained_at = serializers.DateTimeField(allow_null=True)
     counts = serializers.SerializerMethodField()
@@ -163,6 +166,14 @@ class JobCreateApi(JsonApiView):
         max_lifetime_s = serializers.FloatField(min_value=1, max_value=7 * 86_400, required=False)
         reuse = ReuseSerializer(required=False)
         placement = PlacementSerializer(required=False)
+        startup_script = StrictCharField(
+            required=False,
+            allow_blank=True,
+            trim_whitespace=False,
+            max_length=64 * 1024,
+            help_text="a bash script execd runs first in every session's shell of the job's "
+            "sandboxes (the BASH_ENV / conda activate case); at most 64 KiB",
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             pod = attrs.get("trainer_pod") or {}
@@ -191,6 +202,7 @@ class JobCreateApi(JsonApiView):
                 "reuse_allow_tags": reuse.get("allow_tag_images", _default("reuse_allow_tags")),
                 "node_pool": place.get("node_pool", ""),
                 "node_selector": dict(place.get("node_selector") or {}),
+                "startup_script": attrs.get("startup_script", ""),
             }
             return out
 

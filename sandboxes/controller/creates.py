@@ -317,4 +317,5 @@ def _spec(
         execd_key=info.execd_key,
         node_pool=info.node_pool,
         node_selector=info.node_selector,
+        startup_script=info.startup_script,
     )

@@ -39,6 +39,7 @@ class JobInfo:
     reuse_allow_tags: bool = False
     node_pool: str = ""
     node_selector: tuple[tuple[str, str], ...] = ()
+    startup_script: str = ""  # run first in every execd session (Job.startup_script)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def _job_info(job: Job) -> JobInfo:
         reuse_allow_tags=job.reuse_allow_tags,
         node_pool=job.node_pool,
         node_selector=tuple(sorted((job.node_selector or {}).items())),
+        startup_script=job.startup_script,
     )
 
 

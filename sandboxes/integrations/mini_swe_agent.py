@@ -19,6 +19,8 @@ and released by ``close()`` (idempotent).
 from __future__ import annotations
 
 import os
+import shlex
+import uuid
 from typing import Any
 
 from minisweagent.exceptions import Submitted
@@ -45,7 +47,10 @@ class SandmanEnvironmentConfig(BaseModel):
     cwd: str = ""
     """Directory actions run in (the sandbox's workspace when empty)."""
     env: dict[str, str] = {}
-    """Exported once in the sandbox's shell before the first action."""
+    """Exported once in the sandbox's shell before the first action. With ``BASH_ENV``
+    (mini-swe-agent's SWE-bench config ``conda activate``s through it) the actions run in
+    an execd session whose startup script exports these and sources ``$BASH_ENV``, as
+    every ``bash -c`` of ``LocalEnvironment`` does."""
     timeout: int = 30
     max_output_bytes: int | None = None
 
@@ -76,8 +81,16 @@ class SandmanEnvironment:
                 timeout_s=self.config.acquire_timeout_s,
             )
         self.sandbox = sandbox
-        if self.config.env:
-            self.sandbox.set_env(dict(self.config.env))
+        self._session: str | None = None
+        env = dict(self.config.env)
+        if env.get("BASH_ENV"):
+            exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+            self._session = self.sandbox.create_session(
+                f"mini-swe-agent-{uuid.uuid4().hex[:12]}",
+                startup=exports + '[ -f "$BASH_ENV" ] && source "$BASH_ENV"\n',
+            ).name
+        elif env:
+            self.sandbox.set_env(env)
 
     def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
         """Run ``action["command"]``; the dict ``LocalEnvironment.execute`` would return."""
@@ -89,6 +102,7 @@ class SandmanEnvironment:
             cwd=cwd or self.config.cwd or None,
             isolate=True,
             max_output_bytes=self.config.max_output_bytes,
+            session=self._session,
         )
         output: dict[str, Any] = {
             "output": result.output,
@@ -135,6 +149,9 @@ class SandmanEnvironment:
 
     def close(self) -> None:
         """Release the sandbox (only one this environment acquired)."""
+        if self._session is not None and self._client is None:  # a sandbox we were given
+            self.sandbox.delete_session(self._session)
+        self._session = None
         if self._client is not None:
             self.sandbox.release()
             self._client.close()

@@ -5,14 +5,20 @@
     await deployment.runtime.create_session(CreateBashSessionRequest())
     obs = await deployment.runtime.run_in_session(BashAction(command="ls", check="silent"))
 
-The runtime keeps SWE-ReX's contract: ``run_in_session`` runs in the session's persistent
-shell (state carries over, as in SWE-ReX's pexpect session) and raises
-``CommandTimeoutError``, ``BashIncorrectSyntaxError`` and (``check="raise"``)
-``NonZeroExitCodeError`` as ``LocalRuntime`` does; ``execute`` runs one command apart
-from any session (``isolate``), with its ``cwd`` and ``env``; files go through execd's
-byte-exact file routes. Differences, on purpose: stdout and stderr are one stream (execd
-merges them), and one session per sandbox - its ``default`` shell - until execd has
-named sessions; an interrupt restarts that shell (execd's ``/reset``).
+The runtime keeps SWE-ReX's contract: every SWE-ReX session is an execd session (its
+``default`` is execd's default shell, any other name a named shell created with
+``POST /sessions``, its ``startup_source`` files sourced as that session's startup
+script, so they are sourced again if its shell ever restarts); ``run_in_session`` runs in
+the session's persistent shell (state carries over, as in SWE-ReX's pexpect session) and
+raises ``CommandTimeoutError``, ``BashIncorrectSyntaxError`` and (``check="raise"``)
+``NonZeroExitCodeError`` as ``LocalRuntime`` does; ``BashInterruptAction`` sends SIGINT
+to that session's running foreground job only (execd's ``/sessions/{name}/interrupt``:
+the interrupted command answers exit 130, the session keeps its state); ``execute`` runs
+one command apart from any session (``isolate``), with its ``cwd`` and ``env``, and
+returns stdout and stderr apart; files go through execd's byte-exact file routes.
+Differences, on purpose: ``run_in_session``'s output is stdout and stderr in one stream,
+as a terminal shows them; closing the ``default`` session forgets it (execd's default
+shell stays).
 
 Invariant: every blocking client call runs in a worker thread (``asyncio.to_thread``),
 never on the caller's event loop; ``stop()`` releases the sandbox once.
@@ -58,6 +64,7 @@ from sandboxes.client import Client, Sandbox, SandmanClientError
 log = logging.getLogger(__name__)
 
 NO_TIMEOUT_S = 7 * 86_400.0  # SWE-ReX's "no timeout": execd's longest
+DEFAULT_SESSION = "default"  # SWE-ReX's default session name, and execd's default shell
 
 
 class SandmanRuntime(AbstractRuntime):
@@ -76,27 +83,37 @@ class SandmanRuntime(AbstractRuntime):
         return IsAliveResponse(is_alive=bool(health.get("shell_alive")))
 
     async def create_session(self, request: Any) -> CreateBashSessionResponse:
-        if request.session in self._sessions:
-            raise SessionExistsError(f"session {request.session} already exists")
-        if self._sessions:
-            raise SessionExistsError(
-                "a Sandman sandbox has one shell session until execd has named sessions; "
-                f"{sorted(self._sessions)[0]!r} is open"
-            )
-        self._sessions.add(request.session)
-        outputs = []
-        for path in request.startup_source:
-            ran = await self._run(f"source {shlex.quote(path)}", request.startup_timeout)
-            outputs.append(ran.output)
-        return CreateBashSessionResponse(output="".join(outputs))
+        name = request.session
+        if name in self._sessions:
+            raise SessionExistsError(f"session {name} already exists")
+        sources = "\n".join(f"source {shlex.quote(p)}" for p in request.startup_source)
+        if name == DEFAULT_SESSION:  # execd's default shell exists: source them there
+            output = ""
+            if sources:
+                output = (await self._run(sources, request.startup_timeout, name)).output
+        else:
+            try:
+                made = await asyncio.to_thread(
+                    self.sandbox.create_session,
+                    name,
+                    startup=sources or None,
+                    startup_timeout_s=request.startup_timeout or None,
+                )
+            except SandmanClientError as exc:
+                if exc.code == "session_exists":
+                    raise SessionExistsError(f"session {name} already exists") from exc
+                raise
+            output = made.startup.output if made.startup is not None else ""
+        self._sessions.add(name)
+        return CreateBashSessionResponse(output=output)
 
     async def run_in_session(self, action: Any) -> BashObservation:
         if action.session not in self._sessions:
             raise SessionDoesNotExistError(f"session {action.session!r} does not exist")
         if isinstance(action, BashInterruptAction):
-            await asyncio.to_thread(self.sandbox.reset)
+            await asyncio.to_thread(self.sandbox.interrupt, action.session)
             return BashObservation(output="", exit_code=0)
-        ran = await self._run(action.command, action.timeout)
+        ran = await self._run(action.command, action.timeout, action.session)
         if ran.timed_out:
             raise CommandTimeoutError(
                 f"timeout after {action.timeout} seconds while running command {action.command!r}"
@@ -120,6 +137,8 @@ class SandmanRuntime(AbstractRuntime):
         if request.session not in self._sessions:
             raise SessionDoesNotExistError(f"session {request.session!r} does not exist")
         self._sessions.discard(request.session)
+        if request.session != DEFAULT_SESSION:
+            await asyncio.to_thread(self.sandbox.delete_session, request.session)
         return CloseBashSessionResponse()
 
     async def execute(self, command: Command) -> CommandResponse:
@@ -136,16 +155,18 @@ class SandmanRuntime(AbstractRuntime):
             timeout_s=command.timeout or NO_TIMEOUT_S,
             cwd=command.cwd,
             isolate=True,
+            stderr="separate",
         )
         if ran.timed_out:
             raise CommandTimeoutError(
                 f"Timeout ({command.timeout}s) exceeded while running command"
             )
-        response = CommandResponse(stdout=ran.output, stderr="", exit_code=ran.exit_code)
+        stderr = ran.stderr or ""
+        response = CommandResponse(stdout=ran.output, stderr=stderr, exit_code=ran.exit_code)
         if command.check and ran.exit_code != 0:
             msg = (
                 f"Command {command.command!r} failed with exit code {ran.exit_code}. "
-                f"Stdout:\n{ran.output!r}\nStderr:\n''"
+                f"Stdout:\n{ran.output!r}\nStderr:\n{stderr!r}"
             )
             raise NonZeroExitCodeError(f"{command.error_msg}: {msg}" if command.error_msg else msg)
         return response
@@ -182,11 +203,18 @@ class SandmanRuntime(AbstractRuntime):
         return UploadResponse()
 
     async def close(self) -> CloseResponse:
+        for name in sorted(self._sessions - {DEFAULT_SESSION}):
+            await asyncio.to_thread(self.sandbox.delete_session, name)
         self._sessions.clear()
         return CloseResponse()
 
-    async def _run(self, command: str, timeout: float | None) -> Any:
-        return await asyncio.to_thread(self.sandbox.run, command, timeout_s=timeout or NO_TIMEOUT_S)
+    async def _run(self, command: str, timeout: float | None, session: str) -> Any:
+        return await asyncio.to_thread(
+            self.sandbox.run,
+            command,
+            timeout_s=timeout or NO_TIMEOUT_S,
+            session=None if session == DEFAULT_SESSION else session,
+        )
 
 
 @dataclass(frozen=True)

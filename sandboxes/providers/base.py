@@ -60,6 +60,8 @@ class SandboxSpec:
     # the backend's default) and other node labels. Backends without nodes ignore both.
     node_pool: str = ""
     node_selector: tuple[tuple[str, str], ...] = ()
+    # The job's startup script: execd runs it first in every session's shell (empty: none).
+    startup_script: str = ""
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,10 @@ def _validate(
     _require(egress in Egress.values, f"egress must be one of {', '.join(Egress.values)}")
 
 
+# A Kubernetes pod carries the script in an annotation (256 KiB for all of them).
+STARTUP_SCRIPT_MAX_BYTES = 64 * 1024
+
+
 def job_create(
     *,
     owner: Any,
@@ -91,6 +95,7 @@ def job_create(
     reuse_allow_tags: bool = False,
     node_pool: str = "",
     node_selector: dict[str, str] | None = None,
+    startup_script: str = "",
     now: dt.datetime,
 ) -> Job:
     """Register a job after validating every field (nothing is written on bad input)."""
@@ -112,6 +117,11 @@ def job_create(
     selector = placement.check_selector(node_selector or {}, where="placement.node_selector")
     if node_pool:
         placement.check_label("pool", node_pool, where="placement.node_pool")
+    _require(
+        len(startup_script.encode()) <= STARTUP_SCRIPT_MAX_BYTES,
+        f"startup_script is longer than {STARTUP_SCRIPT_MAX_BYTES} bytes",
+    )
+    _require("\0" not in startup_script, "startup_script must not contain NUL bytes")
     with transaction.atomic():
         job = Job.objects.create(
             owner=owner,
@@ -132,6 +142,7 @@ def job_create(
             reuse_allow_tags=bool(reuse_allow_tags),
             node_pool=node_pool,
             node_selector=selector,
+            startup_script=startup_script,
             created_at=now,
         )
         publish_on_commit("job.state", {"job_id": job.pk, "state": job.state, "at": now})

@@ -104,3 +104,19 @@ def test_prewarm_and_drain_through_the_client(client):
     job.drain()
     wait_for(lambda: Job.objects.get(pk=job.id).state == "drained", what="the drain to finish")
     assert set(Sandbox.objects.filter(job_id=job.id).values_list("state", flat=True)) == {"deleted"}
+
+
+def test_a_jobs_startup_script_runs_first_in_every_session_of_its_sandboxes(client):
+    """Issue 14: ``startup_script`` is stored with the job, passed to each sandbox's
+    execd, and run first in its default session and in every named one."""
+    script = "export ACTIVATED=conda-env\n"
+    job = client.job(name="client-startup", egress="allow", startup_script=script)
+    assert job.data["startup_script"] == script
+    assert client.get_job(job.id).data["startup_script"] == script
+    with job.acquire(image="sandman/empty", spec=SPEC, timeout_s=60) as sb:
+        assert sb.run("echo $ACTIVATED").output == "conda-env\n"
+        tests = sb.create_session("tests", startup="export OWN=$ACTIVATED-own")
+        assert tests.run("echo $OWN").output == "conda-env-own\n"
+    with pytest.raises(SandmanClientError) as bad:
+        client.job(name="bad-startup", egress="allow", startup_script=7)
+    assert bad.value.status == 400

@@ -71,20 +71,26 @@ def execd_launcher(carrier_path: str) -> str:
 POD_IP_ENV = "POD_IP"
 POD_NAME_ENV = "POD_NAME"
 KEY_MOUNT = "/var/run/sandman-key"  # the Secret, in the init container only
+STARTUP_MOUNT = "/var/run/sandman-startup"  # the startup annotation as a file (downward API)
 
 
-def boot_command(config: KubernetesConfig) -> str:
+def boot_command(config: KubernetesConfig, startup: bool = False) -> str:
     """The main container's command: exec execd on the pod's IP, its token derived from the
-    key file the init container left and the pod's name (execd unlinks the file).
+    key file the init container left and the pod's name (execd unlinks the file);
+    ``startup``: with the job's startup script (``STARTUP_MOUNT``).
 
     ``$POD_IP`` / ``$POD_NAME`` are the shell's (``:?`` stops the boot if one is unset),
     not a kubelet ``$(VAR)``: in a ``sh -c`` script that reads as command substitution
-    everywhere but on a kubelet."""
+    everywhere but on a kubelet. They are read into unexported variables and unset, so
+    execd's environment - and every command's - carries neither."""
     launcher = shlex.quote(execd_launcher(config.carrier_path))
+    extra = f" --startup-file {STARTUP_MOUNT}/startup.sh" if startup else ""
     return (
-        f'exec python3 -I -c {launcher} --host "${{{POD_IP_ENV}:?}}" --port {config.execd_port} '
-        f'--token-key-file {config.token_dir}/key --token-name "${{{POD_NAME_ENV}:?}}" '
-        f"--unlink-token-file --workspace {config.workspace}"
+        f'ip="${{{POD_IP_ENV}:?}}" && name="${{{POD_NAME_ENV}:?}}" && '
+        f"unset {POD_IP_ENV} {POD_NAME_ENV} && "
+        f'exec python3 -I -c {launcher} --host "$ip" --port {config.execd_port} '
+        f'--token-key-file {config.token_dir}/key --token-name "$name" '
+        f"--unlink-token-file --workspace {config.workspace}{extra}"
     )
 
 
@@ -143,7 +149,7 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
         name="sandbox",
         image=spec.image,
         image_pull_policy=config.image_pull_policy,
-        command=["sh", "-c", boot_command(config)],
+        command=["sh", "-c", boot_command(config, bool(spec.startup_script))],
         env=[
             client.V1EnvVar(
                 name=POD_NAME_ENV,
@@ -171,7 +177,8 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
         volume_mounts=[
             client.V1VolumeMount(name="execd", mount_path=config.carrier_path, read_only=True),
             client.V1VolumeMount(name="sandman-run", mount_path=config.token_dir),
-        ],
+        ]
+        + _startup_mounts(spec),
         security_context=_security_context(config),
     )
     return client.V1Pod(
@@ -181,7 +188,10 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
             name=spec.name,
             namespace=config.namespace,
             labels=pod_labels(spec),
-            annotations={L.NONCE_ANNOTATION: spec.nonce},
+            annotations={
+                L.NONCE_ANNOTATION: spec.nonce,
+                **({L.STARTUP_ANNOTATION: spec.startup_script} if spec.startup_script else {}),
+            },
             owner_references=owners,
         ),
         spec=client.V1PodSpec(
@@ -210,7 +220,8 @@ def build_pod_manifest(spec: SandboxSpec, config: KubernetesConfig) -> client.V1
                         secret_name=secret_name(spec.job_id), default_mode=0o444
                     ),
                 ),
-            ],
+            ]
+            + _startup_volumes(spec),
             topology_spread_constraints=_spread(spec, config),
             node_selector=_node_selector(spec, config),
         ),
@@ -226,6 +237,27 @@ def _node_selector(spec: SandboxSpec, config: KubernetesConfig) -> dict[str, str
         job_selector=dict(spec.node_selector),
     )
     return selector or None
+def _startup_mounts(spec: SandboxSpec) -> list[Any]:
+    if not spec.startup_script:
+        return []
+    return [client.V1VolumeMount(name="sandman-startup", mount_path=STARTUP_MOUNT, read_only=True)]
+
+
+def _startup_volumes(spec: SandboxSpec) -> list[Any]:
+    """The job's startup script, from the pod's own annotation, as ``startup.sh`` (the
+    downward API: https://kubernetes.io/docs/concepts/workloads/pods/downward-api/)."""
+    if not spec.startup_script:
+        return []
+    field = f"metadata.annotations['{L.STARTUP_ANNOTATION}']"
+    item = client.V1DownwardAPIVolumeFile(
+        path="startup.sh", field_ref=client.V1ObjectFieldSelector(field_path=field)
+    )
+    return [
+        client.V1Volume(
+            name="sandman-startup",
+            downward_api=client.V1DownwardAPIVolumeSource(items=[item], default_mode=0o444),
+        )
+    ]
 
 
 def _spread(spec: SandboxSpec, config: KubernetesConfig) -> list[Any] | None:

@@ -39,6 +39,7 @@ INSIDE_WORKSPACE = "/workspace"
 INSIDE_LIB = "/opt/sandman"
 INSIDE_TOKEN = "/run/sandman/token"
 INSIDE_RUN = "/run/sandman/execd"
+INSIDE_STARTUP = f"{INSIDE_LIB}/startup.sh"
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ROOT_LINKS = ("bin", "lib", "lib32", "lib64", "libx32", "sbin")
 _NAMESPACES = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup")
@@ -173,9 +174,11 @@ def bwrap_launch(
     cgroup_views: tuple[tuple[str, str], ...],
     procs_files: tuple[str, ...],
     fds: dict[str, int],
+    startup: Path | None = None,
 ) -> Launch:
     """The argv that starts an isolated sandbox. ``fds``: token, ready, listen (own network),
-    usernet_exit (egress allowed: only inherited, see usernet.py)."""
+    usernet_exit (egress allowed: only inherited, see usernet.py); ``startup``: the job's
+    startup script (bound read-only, passed to execd)."""
     box = [
         bwrap,
         "--unshare-user",
@@ -220,6 +223,8 @@ def bwrap_launch(
         str(init_script),
         f"{INSIDE_LIB}/sandbox_init.py",
     ]
+    if startup is not None:
+        box += ["--ro-bind", str(startup), INSIDE_STARTUP]
     for host_dir, inside in cgroup_views:
         box += ["--ro-bind", host_dir, inside]
     box += ["--bind", str(workspace), INSIDE_WORKSPACE, "--chdir", INSIDE_WORKSPACE, "--"]
@@ -244,6 +249,8 @@ def bwrap_launch(
     ]
     if own_network:
         box += ["--listen-fd", str(fds["listen"])]
+    if startup is not None:
+        box += ["--startup-file", INSIDE_STARTUP]
     argv = enter_cgroups(procs_files, drop_privileges(uid, gid) + box)
     return Launch(argv=argv, env={"PATH": SANDBOX_PATH}, cwd="/")
 
@@ -258,6 +265,7 @@ def plain_launch(
     private: Path,
     procs_files: tuple[str, ...],
     fds: dict[str, int],
+    startup: Path | None = None,
 ) -> Launch:
     """The argv that starts a sandbox as plain host processes (isolation off)."""
     argv = [
@@ -289,6 +297,8 @@ def plain_launch(
         "--die-with-parent",
         str(os.getpid()),
     ]
+    if startup is not None:
+        argv += ["--startup-file", str(startup)]
     return Launch(
         argv=enter_cgroups(procs_files, argv),
         env=sandbox_env(marker, str(private / "home")),

@@ -230,6 +230,7 @@ def _arguments(argv):
     parser.add_argument("--run-dir", help="execd's private directory for command files")
     parser.add_argument("--state-roots", help="passed to execd (the state check's roots)")
     parser.add_argument("--site-packages", help="passed to execd ('' scans none)")
+    parser.add_argument("--startup-file", help="passed to execd (the job's startup script)")
     parser.add_argument(
         "--die-with-parent", type=int, metavar="PID", help="get SIGTERM when PID (our parent) dies"
     )
@@ -261,6 +262,8 @@ def _run_execd_here(args, stdout_fd):
             sys.argv += ["--state-roots", args.state_roots]
         if args.site_packages is not None:
             sys.argv += ["--site-packages", args.site_packages]
+        if args.startup_file:
+            sys.argv += ["--startup-file", args.startup_file]
         runpy.run_module("execd", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:

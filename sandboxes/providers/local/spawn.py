@@ -52,6 +52,11 @@ class Plan:
 
 def _launch(spec: SandboxSpec, plan: Plan, fds: dict[str, int]) -> isolation.Launch:
     procs_files = plan.placement.procs_files if plan.placement else ()
+    startup = None
+    if spec.startup_script:  # read once by execd at its start
+        startup = plan.directory / "startup.sh"  # beside the workspace: the sandbox user reads it
+        startup.write_text(spec.startup_script, encoding="utf-8")
+        startup.chmod(0o644)  # the sandbox's user reads it
     if plan.runtime.isolated:
         return isolation.bwrap_launch(
             bwrap=plan.bwrap,
@@ -67,6 +72,7 @@ def _launch(spec: SandboxSpec, plan: Plan, fds: dict[str, int]) -> isolation.Lau
             cgroup_views=plan.placement.views if plan.placement else (),
             procs_files=procs_files,
             fds=fds,
+            startup=startup,
         )
     private = plan.directory / "private"
     (private / "home").mkdir(mode=0o700, exist_ok=True)
@@ -79,6 +85,7 @@ def _launch(spec: SandboxSpec, plan: Plan, fds: dict[str, int]) -> isolation.Lau
         private=private,
         procs_files=procs_files,
         fds=fds,
+        startup=startup,
     )
 
 

@@ -118,3 +118,26 @@ def test_the_scripted_loop_matches_mini_swe_agents_local_environment(
         else:
             assert ours["output"] == theirs["output"], (i, STEPS[i], ours, theirs)
     assert [r["output"] for r in sandman[:5]] == ["x = 1\n", "proj\n", "", "unset\n", "42\nout\n"]
+
+
+def test_bash_env_in_the_config_is_sourced_before_every_action(controller, live_server):
+    """mini-swe-agent's SWE-bench config activates its conda environment through
+    ``BASH_ENV``, which every ``bash -c`` of ``LocalEnvironment`` sources: on Sandman the
+    actions run in a session whose startup script sources it (issue 14)."""
+    from sandboxes.client import Client
+    from sandboxes.integrations.mini_swe_agent import SandmanEnvironment
+
+    _, token = make_user("mini-bash-env")
+    with Client(live_server.url, token) as client:
+        job = client.job(name="mini-bash-env", egress="allow")
+        with job.acquire(image="sandman/empty", spec={"cpu": "500m", "memory": "256Mi"}) as sb:
+            sb.write("/tmp/activate.sh", "export CONDA_DEFAULT_ENV=testbed\nactive() { :; }\n")
+            env = SandmanEnvironment(sandbox=sb, env={"BASH_ENV": "/tmp/activate.sh", "K": "v"})
+            first = env.execute({"command": "active && echo $CONDA_DEFAULT_ENV $K"})
+            assert (first["output"], first["returncode"]) == ("testbed v\n", 0)
+            env.execute({"command": "unset CONDA_DEFAULT_ENV; export K=changed"})
+            again = env.execute({"command": "echo $CONDA_DEFAULT_ENV $K"})
+            assert again["output"] == "testbed v\n"  # each action starts from the activation
+            assert sb.run("echo ${CONDA_DEFAULT_ENV:-plain}").output == "plain\n"
+            env.close()
+            assert [s["name"] for s in sb.sessions()] == ["default"]

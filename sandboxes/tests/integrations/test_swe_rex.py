@@ -1,11 +1,14 @@
-"""The SWE-ReX deployment and runtime on Sandman (issue 14, item 1), against a live server
-with the real controller, local provider and execd: a session keeps its shell state,
-failures raise SWE-ReX's own exceptions, ``execute`` runs apart from the session, files
-round-trip byte for byte, and ``stop()`` releases the sandbox."""
+"""The SWE-ReX deployment and runtime on Sandman (issue 14, items 1 and 3), against a live
+server with the real controller, local provider and execd: a session keeps its shell
+state, a second session is a shell of its own (its ``startup_source`` sourced first), an
+interrupt stops only that session's running command, failures raise SWE-ReX's own
+exceptions, ``execute`` runs apart from the session with stderr apart, files round-trip
+byte for byte, and ``stop()`` releases the sandbox."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from swerex.exceptions import (
@@ -17,6 +20,7 @@ from swerex.exceptions import (
 from swerex.runtime.abstract import (
     BashAction,
     BashInterruptAction,
+    CloseBashSessionRequest,
     Command,
     CreateBashSessionRequest,
     ReadFileRequest,
@@ -45,7 +49,11 @@ def test_a_swe_rex_session_on_a_sandman_sandbox(controller, live_server, tmp_pat
         assert await deployment.is_alive()
         await rt.create_session(CreateBashSessionRequest())
         with pytest.raises(SessionExistsError):
-            await rt.create_session(CreateBashSessionRequest(session="second"))
+            await rt.create_session(CreateBashSessionRequest())
+        await rt.write_file(WriteFileRequest(path="/tmp/env.sh", content="export VENV=on\n"))
+        await rt.create_session(
+            CreateBashSessionRequest(session="second", startup_source=["/tmp/env.sh"])
+        )
         await rt.run_in_session(BashAction(command="cd /tmp && export A=1"))
         kept = await rt.run_in_session(BashAction(command="pwd; echo $A"))
         assert (kept.output, kept.exit_code) == ("/tmp\n1\n", 0)
@@ -69,9 +77,36 @@ def test_a_swe_rex_session_on_a_sandman_sandbox(controller, live_server, tmp_pat
         await rt.upload(UploadRequest(source_path=str(tmp_path / "up"), target_path="/tmp/up"))
         got = await rt.run_in_session(BashAction(command="cat /tmp/up/sub/f.txt"))
         assert got.output == "uploaded\n"
-        await rt.run_in_session(BashInterruptAction())
+        other = await rt.run_in_session(
+            BashAction(command="echo ${A:-unset} $VENV; B=2", session="second")
+        )
+        assert other.output == "unset on\n"  # its own shell, its startup sourced
+        split = await rt.execute(Command(command="echo o; echo e >&2", shell=True))
+        assert (split.stdout, split.stderr) == ("o\n", "e\n")
+        long = asyncio.create_task(
+            rt.run_in_session(
+                BashAction(
+                    command="sleep 300; echo after", session="second", check="silent", timeout=60
+                )
+            )
+        )
+        until = time.monotonic() + 30
+        while not any(
+            s["name"] == "second" and s["busy"]
+            for s in await asyncio.to_thread(rt.sandbox.sessions)
+        ):
+            assert time.monotonic() < until, "the long command never started"
+            await asyncio.sleep(0.02)
+        await rt.run_in_session(BashInterruptAction(session="second"))
+        stopped = await long
+        assert stopped.exit_code == 130 and "after" not in stopped.output
+        kept = await rt.run_in_session(BashAction(command="echo $B", session="second"))
+        assert kept.output == "2\n"  # the interrupt kept the session's shell
+        await rt.run_in_session(BashInterruptAction())  # nothing runs: a no-op
         after = await rt.run_in_session(BashAction(command="echo ${A:-reset}"))
-        assert after.output == "reset\n"  # the interrupt restarted the shell
+        assert after.output == "1\n"
+        await rt.close_session(CloseBashSessionRequest(session="second"))
+        assert [s["name"] for s in await asyncio.to_thread(rt.sandbox.sessions)] == ["default"]
         sandbox_id = rt.sandbox.sandbox_id
         await deployment.stop()
         return sandbox_id

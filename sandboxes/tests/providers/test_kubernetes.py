@@ -139,6 +139,27 @@ def test_pod_manifest_labels_nonce_owner_and_read_only_execd() -> None:
     assert pod.spec.init_containers[0].image == KubernetesConfig().carrier_image
 
 
+def test_the_jobs_startup_script_reaches_execd_through_the_downward_api() -> None:
+    """The script rides in the pod's own annotation, which a downwardAPI volume projects as
+    a file (https://kubernetes.io/docs/concepts/workloads/pods/downward-api/: a volume
+    item's fieldRef may name ``metadata.annotations['<KEY>']``); execd reads that file."""
+    script = "source /opt/conda/bin/activate testbed\n"
+    pod = build_pod_manifest(spec("sb-1", startup_script=script), KubernetesConfig())
+    assert pod.metadata.annotations[L.STARTUP_ANNOTATION] == script
+    (volume,) = [v for v in pod.spec.volumes if v.name == "sandman-startup"]
+    (item,) = volume.downward_api.items
+    assert item.path == "startup.sh"
+    assert item.field_ref.field_path == f"metadata.annotations['{L.STARTUP_ANNOTATION}']"
+    main = pod.spec.containers[0]
+    mounts = {m.name: m for m in main.volume_mounts}
+    assert mounts["sandman-startup"].read_only is True
+    path = mounts["sandman-startup"].mount_path + "/startup.sh"
+    assert f"--startup-file {path}" in main.command[2]
+    plain = build_pod_manifest(spec("sb-2"), KubernetesConfig())
+    assert L.STARTUP_ANNOTATION not in plain.metadata.annotations
+    assert "sandman-startup" not in {v.name for v in plain.spec.volumes}
+
+
 def test_no_token_and_no_key_is_in_the_pod_manifest() -> None:
     """The pod names its job's Secret; only the init container mounts it; the main
     container's env is the downward API's pod name and IP, nothing secret."""
@@ -161,8 +182,10 @@ def test_no_token_and_no_key_is_in_the_pod_manifest() -> None:
     )
     boot = main.command[2]
     assert "--token-key-file /var/run/sandman/key" in boot and "--unlink-token-file" in boot
-    assert '--token-name "${POD_NAME:?}"' in boot and "--port 8700" in boot
-    assert '--host "${POD_IP:?}"' in boot  # the pod's IP, where the probe and trainers go
+    assert 'name="${POD_NAME:?}"' in boot and '--token-name "$name"' in boot
+    assert "--port 8700" in boot
+    assert 'ip="${POD_IP:?}"' in boot  # the pod's IP, where the probe and trainers go
+    assert '--host "$ip"' in boot and "--startup-file" not in boot
 
 
 def test_boot_command_starts_execd_on_the_pod_ip_with_its_name_and_the_key_file(
@@ -185,6 +208,7 @@ def test_boot_command_starts_execd_on_the_pod_ip_with_its_name_and_the_key_file(
     subprocess.run(["sh", "-c", boot_command(config)], env=env, check=True, timeout=30)
     seen_env = (tmp_path / "env.txt").read_text()
     assert "PYTHONPATH=/testbed/src\n" in seen_env
+    assert "POD_IP" not in seen_env and "POD_NAME" not in seen_env  # Sandman's, not the commands'
     argv = (tmp_path / "argv.txt").read_text()
     assert f"--token-key-file {run_dir}/key --token-name sb-1" in argv
     assert str(tmp_path / "carrier") in argv and "--host 127.9.8.7 --port 8700" in argv

@@ -827,3 +827,31 @@ async def test_a_health_answer_of_an_undeclared_shape_or_not_ok_is_false(
     finally:
         await health.close()
         server.stop()
+
+
+async def _startup_and_env(provider: LocalProvider, name: str) -> None:
+    script = "export ACTIVATED=env-1\nactivated() { echo yes; }\n"
+    spec, handle, info = await _start(provider, name, startup_script=script)
+    answer = await run_in(info.address, spec.token, "activated; echo $ACTIVATED; env")
+    lines = answer["output"].splitlines()
+    assert lines[:2] == ["yes", "env-1"]
+    assert "PATH" in {line.split("=", 1)[0] for line in lines}
+    assert not [line for line in lines if line.startswith("SANDMAN")], lines
+    await provider.destroy(handle)
+
+
+@pytest.mark.asyncio
+async def test_the_jobs_startup_script_runs_first_and_no_sandman_variable_is_visible(
+    isolated: LocalProvider,
+) -> None:
+    """Issue 14: the job's startup script (``conda activate``'s case) runs in the shell
+    before any command; the sandbox's ``SANDMAN_SANDBOX`` marker is execd's, not the
+    commands' (``env`` shows no ``SANDMAN_`` name)."""
+    await _startup_and_env(isolated, "sb-startup-isolated")
+
+
+@pytest.mark.asyncio
+async def test_the_startup_script_and_hidden_variables_without_isolation(
+    plain: LocalProvider,
+) -> None:
+    await _startup_and_env(plain, "sb-startup-plain")
