@@ -21,7 +21,7 @@ from . import __version__, probe
 from .background import Background
 from .config import Config
 from .idempotency import KeyTable
-from .procs import Cgroup, ProcessTracker, set_child_subreaper
+from .procs import Cgroup, ProcessTracker, scan, set_child_subreaper
 from .protocol import (
     EnvAnswer,
     EnvRequest,
@@ -79,7 +79,7 @@ class App:
         os.chmod(self.run_dir, 0o700)
         self.session = os.urandom(6).hex()
         self.subreaper = cfg.subreaper and set_child_subreaper()
-        self.reaper = Reaper()
+        self.reaper = Reaper(scan)
         self.cgroup = Cgroup(cfg.cgroup) if cfg.cgroup else None
         self.tracker = ProcessTracker(self.session, self.reaper, set(cfg.track), self.cgroup)
         # Sandman's own variables (SANDMAN_SANDBOX, SANDMAN_EXECD*, ...) are execd's

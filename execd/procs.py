@@ -24,10 +24,9 @@ import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, NamedTuple, Optional, Set
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Set
 
-if TYPE_CHECKING:  # annotations only
-    from .reaper import Reaper
+from .reaper import Reaper
 
 log = logging.getLogger("execd.procs")
 
@@ -210,7 +209,7 @@ def kill_processes(
     collect: Callable[[], Dict[int, ProcInfo]],
     grace: float,
     protect_pgids: Set[int],
-    reaper: Optional["Reaper"] = None,
+    reaper: Optional[Reaper] = None,
     cgroup: Optional[Cgroup] = None,
     poll: float = 0.01,
     clock: Callable[[], float] = time.monotonic,
@@ -267,7 +266,7 @@ class ProcessTracker:
     def __init__(
         self,
         session: str,
-        reaper: "Reaper",
+        reaper: Reaper,
         track: Set[str],
         cgroup: Optional[Cgroup] = None,
     ) -> None:

@@ -9,9 +9,7 @@ import os
 import select
 import subprocess
 import threading
-from typing import Any, Callable, List, Optional, Set
-
-from .procs import scan
+from typing import Any, Callable, Dict, List, Optional, Set
 
 log = logging.getLogger("execd.procs")
 
@@ -26,7 +24,8 @@ class Reaper:
     stop). It writes one byte to a self-pipe, which the reaper thread selects on.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scan: Callable[[], Dict[int, Any]]) -> None:
+        self._scan = scan  # procs.scan: every process by pid (passed in: procs imports us)
         self._lock = threading.Lock()
         self._known = set()  # type: Set[int]
         self._wake_r, self._wake_w = os.pipe()
@@ -83,7 +82,7 @@ class Reaper:
         me = os.getpid()
         reaped = []
         with self._lock:
-            for info in scan().values():
+            for info in self._scan().values():
                 if info.ppid != me or info.state != "Z" or info.pid in self._known:
                     continue
                 try:

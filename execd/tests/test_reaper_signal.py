@@ -22,9 +22,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROGRAM = textwrap.dedent(
     """
     import os, signal, threading
+    from execd.procs import scan
     from execd.reaper import Reaper
 
-    reaper = Reaper()
+    reaper = Reaper(scan)
     reaper.start(interval=60.0)
     signal.signal(signal.SIGUSR1, lambda _s, _f: reaper.notify())
     done = threading.Event()
