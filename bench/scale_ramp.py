@@ -40,6 +40,7 @@ import datetime as dt
 import json
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
@@ -159,9 +160,11 @@ class Ramp:
 
         load0 = os.getloadavg()
         cpu0, wall0 = time.process_time(), time.monotonic()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         standin_cpu0 = self.standin.cpu_seconds()
         results = asyncio.run(burst())
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
         standin_cpu = self.standin.cpu_seconds() - standin_cpu0
         rss_live = rss_mib()
         ok = [r for r in results if not isinstance(r, BaseException)]
@@ -206,6 +209,8 @@ class Ramp:
             "controller_rss_mib_all_live": rss_live,
             "controller_cpu_s": round(cpu, 2),
             "controller_cpu_ms_per_create": round(1000.0 * cpu / max(1, len(ok)), 3),
+            "controller_cpu_user_s": round(ru1.ru_utime - ru0.ru_utime, 2),
+            "controller_cpu_sys_s": round(ru1.ru_stime - ru0.ru_stime, 2),
             "standin_cpu_s": round(standin_cpu, 2),
             "write_batches": {
                 "batches": batches,
