@@ -40,8 +40,10 @@ import datetime as dt
 import json
 import os
 import platform
+import resource
 import sys
 import tempfile
+import threading
 import time
 import types
 from pathlib import Path
@@ -62,6 +64,29 @@ def rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024.0, 1)
     return 0.0
+
+
+def thread_cpu_s() -> dict[str, float]:
+    """CPU-seconds (user + system) of this process's threads, summed by role (the thread's
+    name without its number: ``sandman-k8s_3`` -> ``sandman-k8s``), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = names.get(int(task.name), "other")
+        role = name.rstrip("0123456789").rstrip("_-") or name
+        out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def thread_cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    roles = set(before) | set(after)
+    delta = {r: round(after.get(r, 0.0) - before.get(r, 0.0), 2) for r in roles}
+    return dict(sorted(((r, d) for r, d in delta.items() if d > 0), key=lambda kv: -kv[1]))
 
 
 def quantiles(values: list[float]) -> dict[str, Any]:
@@ -159,9 +184,13 @@ class Ramp:
 
         load0 = os.getloadavg()
         cpu0, wall0 = time.process_time(), time.monotonic()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
+        threads0 = thread_cpu_s()
         standin_cpu0 = self.standin.cpu_seconds()
         results = asyncio.run(burst())
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        threads1 = thread_cpu_s()
         standin_cpu = self.standin.cpu_seconds() - standin_cpu0
         rss_live = rss_mib()
         ok = [r for r in results if not isinstance(r, BaseException)]
@@ -206,6 +235,9 @@ class Ramp:
             "controller_rss_mib_all_live": rss_live,
             "controller_cpu_s": round(cpu, 2),
             "controller_cpu_ms_per_create": round(1000.0 * cpu / max(1, len(ok)), 3),
+            "controller_cpu_user_s": round(ru1.ru_utime - ru0.ru_utime, 2),
+            "controller_cpu_sys_s": round(ru1.ru_stime - ru0.ru_stime, 2),
+            "controller_cpu_s_by_thread": thread_cpu_delta(threads0, threads1),
             "standin_cpu_s": round(standin_cpu, 2),
             "write_batches": {
                 "batches": batches,

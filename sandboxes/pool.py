@@ -257,10 +257,22 @@ class JobPool:
             return []
         room = self.limits.max_live - self.live_count
         plan: list[PoolKey] = []
-        for key in sorted(set(self.targets) | set(self.last_request), key=lambda k: k.hash):
-            deficit = (
-                self.target_for(key) - self.warm_for(key) - self.creating_for(key, Purpose.WARM)
-            )
+        # Called on every acquire: the keys short of warm pods come first, and the creating
+        # book is counted (one pass) only when one is -- never once per key and acquire,
+        # which made a burst of N acquires cost O(N^2) (bench/results/profile_*.txt).
+        short = {
+            key: want
+            for key in sorted(set(self.targets) | set(self.last_request), key=lambda k: k.hash)
+            if (want := self.target_for(key) - self.warm_for(key)) > 0
+        }
+        if not short:
+            return plan
+        building: dict[PoolKey, int] = {}
+        for t in self.creating.values():
+            if t.purpose == Purpose.WARM and t.key in short:
+                building[t.key] = building.get(t.key, 0) + 1
+        for key, want in short.items():
+            deficit = want - building.get(key, 0)
             for _ in range(max(0, deficit)):
                 if room <= 0:
                     return plan

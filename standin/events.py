@@ -25,6 +25,7 @@ The scheduler records through the events.k8s.io/v1 API, so its Events carry ``ev
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,7 +80,8 @@ class EventLog:
         self._by_key: dict[tuple[Any, ...], str] = {}  # dedupe key -> event name
         self._similar: dict[tuple[Any, ...], tuple[float, set[str]]] = {}
         self._spam: dict[tuple[Any, ...], _Bucket] = {}
-        self._expires: dict[tuple[str, str], float] = {}
+        self._expires: dict[tuple[str, str], float] = {}  # the current deadline of each
+        self._deadlines: list[tuple[float, str, str]] = []  # heap; may hold stale entries
         self._seq = 0
 
     # --- recording ----------------------------------------------------------------------
@@ -124,7 +126,9 @@ class EventLog:
         else:
             name = self._create(ns, involved, reason, message, type, component, node)
             self._by_key[key] = name
-        self._expires[(ns, name)] = self._now() + self.ttl_s
+        at = self._now() + self.ttl_s
+        self._expires[(ns, name)] = at
+        heapq.heappush(self._deadlines, (at, ns, name))
 
     def _allow(self, key: tuple[Any, ...]) -> bool:
         """client-go's spam filter: a token bucket per source and involved object."""
@@ -205,14 +209,22 @@ class EventLog:
 
     # --- TTL and reads ------------------------------------------------------------------
     def expire(self) -> int:
-        """Delete every Event whose TTL (from its last write) has passed; returns how many."""
+        """Delete every Event whose TTL (from its last write) has passed; returns how many.
+
+        Runs before every write and read, so it must not scan every Event: the deadlines sit
+        in a heap (the API server leaves this to etcd leases, never a scan); an entry a
+        later write pushed back is stale and skipped."""
         now = self._now()
-        due = [key for key, at in self._expires.items() if at <= now]
-        for ns, name in due:
+        deleted = 0
+        while self._deadlines and self._deadlines[0][0] <= now:
+            at, ns, name = heapq.heappop(self._deadlines)
+            if self._expires.get((ns, name)) != at:
+                continue  # rewritten since: its newer deadline is in the heap too
             del self._expires[(ns, name)]
+            deleted += 1
             if self.store.get("events", ns, name) is not None:
                 self.store.delete("events", ns, name)
-        return len(due)
+        return deleted
 
     def list(self) -> list[dict[str, Any]]:
         self.expire()

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Field
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model
 from django.utils import timezone
 
 from execd.tokens import derive_token
@@ -63,10 +64,7 @@ class SandboxRequest:
 def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]:
     """Insert the ``requested`` rows of many creates; per request its row or ``NotFound``."""
     with transaction.atomic():
-        job_ids = {r.job_id for r in requests}
-        jobs = {
-            j.pk: j for j in Job.objects.filter(pk__in=job_ids).only("pk", "egress", "execd_key")
-        }
+        jobs = _job_keys({r.job_id for r in requests})
         rows: list[Sandbox] = []
         out: list[Outcome] = []
         for r in requests:
@@ -74,12 +72,13 @@ def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]
             if job is None:
                 out.append(NotFound(f"job {r.job_id} does not exist"))
                 continue
-            name = new_sandbox_name(job.pk)
+            egress, execd_key = job
+            name = new_sandbox_name(r.job_id)
             row = Sandbox(
-                job=job,
+                job_id=r.job_id,
                 name=name,
                 nonce=secrets.token_hex(16),
-                token=derive_token(job.execd_key.encode(), name),
+                token=derive_token(execd_key.encode(), name),
                 backend=r.backend,
                 role=r.role,
                 state=SandboxState.REQUESTED,
@@ -89,20 +88,15 @@ def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]
                 memory_bytes=r.memory_bytes,
                 workspace_bytes=r.workspace_bytes,
                 key_hash=r.key_hash,
-                egress=job.egress,
+                egress=egress,
                 requested_at=r.now,
             )
             rows.append(row)
             out.append(row)
-        Sandbox.objects.bulk_create(rows)  # PostgreSQL and SQLite >= 3.35 return the pks
-        SandboxEvent.objects.bulk_create(
+        _insert_sandboxes(rows)
+        insert_events(
             [
-                SandboxEvent(
-                    sandbox=row,
-                    kind=events.STATE,
-                    at=row.requested_at,
-                    detail={"from": "", "to": SandboxState.REQUESTED},
-                )
+                (row.pk, events.STATE, row.requested_at, {"from": "", "to": SandboxState.REQUESTED})
                 for row in rows
             ]
         )
@@ -114,11 +108,127 @@ def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]
 def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:
     """Apply many moves in one transaction; per move its row or the error that refused it."""
     with transaction.atomic():
-        ids = sorted({m.sandbox_id for m in moves})  # one lock order: no deadlock between batches
-        locked = {
-            s.pk: s for s in Sandbox.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-        }
-        return apply_moves_locked(locked, moves)
+        return apply_moves_locked(lock_rows_by_pk({m.sandbox_id for m in moves}), moves)
+
+
+def _job_keys(job_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """``{job id: (egress, execd_key)}`` of the jobs that exist (one raw query)."""
+    ids = sorted(job_ids)
+    connection = _connection()
+    meta = Job._meta
+    qn = connection.ops.quote_name
+    columns = ", ".join(qn(_concrete(n, Job).column) for n in ("id", "egress", "execd_key"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns} FROM {qn(meta.db_table)} "
+            f"WHERE {qn(meta.pk.column)} IN ({', '.join(['%s'] * len(ids))})",
+            ids,
+        )
+        return {pk: (egress, key) for pk, egress, key in cursor.fetchall()}
+
+
+def _insert_sandboxes(rows: Sequence[Sandbox]) -> None:
+    """INSERT new rows with ONE ``executemany``, then read their pks back by name (unique,
+    and new: nobody else holds them). Each value is prepared as ``bulk_create`` would
+    (``pre_save`` for ``auto_now``, then ``get_db_prep_save``); not ``bulk_create`` itself:
+    its compile of a ~40-column INSERT cost more CPU than the insert (a batch runs once per
+    few creates under a burst)."""
+    if not rows:
+        return
+    connection = _connection()
+    meta = Sandbox._meta
+    qn = connection.ops.quote_name
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    sql = (
+        f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+    params = [
+        [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields] for row in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+    pks: dict[str, int] = {}
+    names = [row.name for row in rows]
+    name_col, pk_col = qn(_concrete("name").column), qn(meta.pk.column)
+    with connection.cursor() as cursor:
+        for start in range(0, len(names), 500):
+            chunk = names[start : start + 500]
+            cursor.execute(
+                f"SELECT {name_col}, {pk_col} FROM {qn(meta.db_table)} "
+                f"WHERE {name_col} IN ({', '.join(['%s'] * len(chunk))})",
+                chunk,
+            )
+            pks.update(cursor.fetchall())
+    for row in rows:
+        row.pk = pks[row.name]
+        row._state.adding = False
+        row._state.db = connection.alias
+
+
+def lock_rows_by_pk(ids: Iterable[int]) -> dict[int, Sandbox]:
+    """The rows of ``ids``, locked (``SELECT ... FOR UPDATE`` where the database has it) in
+    ONE lock order (by pk: no deadlock between batches), in the caller's open transaction.
+
+    A raw query over the model's own columns, converted by the converters Django's compiler
+    would pick (found once per connection, :func:`_row_reader`): compiling the same
+    ``select_for_update().filter(pk__in=...)`` -- or even setting up a ``raw()`` -- cost
+    more CPU than fetching the rows (a batch runs once per few writes under a burst)."""
+    ordered = sorted(ids)
+    if not ordered:
+        return {}
+    connection = _connection()
+    reader = _row_reader(connection)
+    pk = connection.ops.quote_name(Sandbox._meta.pk.column)
+    sql = f"{reader.select} WHERE {pk} IN ({', '.join(['%s'] * len(ordered))}) ORDER BY {pk}"
+    if connection.features.has_select_for_update:
+        sql += " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, ordered)
+        fetched = cursor.fetchall()
+    out: dict[int, Sandbox] = {}
+    for raw in fetched:
+        values = list(raw)
+        for i, col, converters in reader.converters:
+            for convert in converters:
+                values[i] = convert(values[i], col, connection)
+        row = Sandbox.from_db(connection.alias, reader.attnames, values)
+        out[row.pk] = row
+    return out
+
+
+@dataclass(frozen=True)
+class _RowReader:
+    select: str  # SELECT <every concrete column> FROM <table>
+    attnames: list[str]
+    converters: list[tuple[int, Any, list[Any]]]  # (column index, Col, its converters)
+
+
+_ROW_READERS: dict[tuple[str, str], _RowReader] = {}
+
+
+def _row_reader(connection: BaseDatabaseWrapper) -> _RowReader:
+    """How to read a whole Sandbox row on this connection: built once, as the compiler
+    does for each query (backend converters, then the field's own)."""
+    key = (connection.alias, connection.vendor)
+    reader = _ROW_READERS.get(key)
+    if reader is None:
+        meta = Sandbox._meta
+        qn = connection.ops.quote_name
+        fields = list(meta.concrete_fields)
+        converters = []
+        for i, f in enumerate(fields):
+            col = f.get_col(meta.db_table)
+            found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+            if found:
+                converters.append((i, col, found))
+        reader = _RowReader(
+            select=f"SELECT {', '.join(qn(f.column) for f in fields)} FROM {qn(meta.db_table)}",
+            attnames=[f.attname for f in fields],
+            converters=converters,
+        )
+        _ROW_READERS[key] = reader
+    return reader
 
 
 def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove]) -> list[Outcome]:
@@ -126,7 +236,7 @@ def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove])
     stamp = timezone.now()
     dirty: dict[int, Sandbox] = {}
     changed: dict[int, set[str]] = {}
-    recorded: list[SandboxEvent] = []
+    recorded: list[tuple[int, str, dt.datetime, dict[str, Any]]] = []
     messages: list[dict[str, Any]] = []
     out: list[Outcome] = []
     for move in moves:
@@ -142,19 +252,48 @@ def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove])
         row.updated_at = stamp
         changed.setdefault(row.pk, set()).update(planned.changed)
         dirty[row.pk] = row
-        recorded.extend(
-            SandboxEvent(sandbox=row, kind=kind, at=at, detail=detail)
-            for kind, at, detail in planned.events
-        )
+        recorded.extend((row.pk, kind, at, detail) for kind, at, detail in planned.events)
         if move.to is not None and move.publish:
             # Taken now: a later move of the same row in this batch changes it again.
             messages.append(payload(row, previous=planned.previous, at=move.now))
         out.append(row)
     _save_many([(row, frozenset(changed[pk])) for pk, row in dirty.items()])
-    SandboxEvent.objects.bulk_create(recorded)
+    insert_events(recorded)
     for message in messages:
         publish_on_commit("sandbox.state", message)
     return out
+
+
+_EVENT_FIELDS = ("sandbox", "kind", "at", "detail")
+
+
+def _connection() -> BaseDatabaseWrapper:
+    """This thread's connection itself: ``django.db.connection`` is a proxy that looks the
+    thread's connection up (asgiref locals) at EVERY attribute, and preparing each value of
+    a batch through it cost more than the preparing."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def insert_events(rows: Sequence[tuple[int, str, dt.datetime, dict[str, Any]]]) -> None:
+    """Insert ``(sandbox_id, kind, at, detail)`` events with ONE ``executemany`` INSERT.
+
+    Not ``bulk_create``: building a model per event and compiling the INSERT cost more CPU
+    than the insert itself. Each value is prepared by its field (``get_db_prep_save``), as
+    ``bulk_create`` would (a datetime for SQLite, ``detail`` as JSON)."""
+    if not rows:
+        return
+    meta = SandboxEvent._meta
+    fields = [_concrete(name, SandboxEvent) for name in _EVENT_FIELDS]
+    connection = _connection()
+    qn = connection.ops.quote_name
+    columns = ", ".join(qn(f.column) for f in fields)
+    sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+    params = [
+        [f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)]
+        for row in rows
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
 
 def _finished_at(row: Acquisition) -> dt.datetime:
@@ -162,8 +301,8 @@ def _finished_at(row: Acquisition) -> dt.datetime:
     return row.finished_at
 
 
-def _concrete(name: str) -> Field[Any, Any]:
-    field = Sandbox._meta.get_field(name)
+def _concrete(name: str, model: type[Model] = Sandbox) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
     assert isinstance(field, Field) and field.concrete, name
     return field
 
@@ -178,6 +317,7 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
     for row, fields in rows:
         groups.setdefault(fields, []).append(row)
     meta = Sandbox._meta
+    connection = _connection()
     qn = connection.ops.quote_name
     for fields, members in groups.items():
         model_fields = [_concrete(name) for name in sorted(fields)]

@@ -23,7 +23,7 @@ from django.db import transaction
 
 from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox
-from sandboxes.services.batch import apply_moves_locked
+from sandboxes.services.batch import apply_moves_locked, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
 from sandboxes.services.moves import Event, SandboxMove
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
@@ -74,9 +74,7 @@ def sandbox_begin_delete_many(
     """Begin many deletes in one transaction; per request its order, None, or its error."""
     with transaction.atomic():
         ids = sorted({r.sandbox_id for r in requests})
-        locked = {
-            s.pk: s for s in Sandbox.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-        }
+        locked = lock_rows_by_pk(ids)
         out: list[DeleteOrder | None | SandmanError] = []
         needs: list[tuple[int, DeleteRequest]] = []  # (index in out, request)
         moves: list[SandboxMove] = []

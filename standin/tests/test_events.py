@@ -155,3 +155,24 @@ def test_events_are_read_only_and_field_selectors_filter_them(
         assert exc.status == 405
     else:
         raise AssertionError("the stand-in stored an Event sent by a client")
+
+
+def test_a_repeated_event_lives_a_ttl_from_its_last_write_and_others_expire_on_time() -> None:
+    """kube-apiserver ``--event-ttl``: an Event is kept for the TTL after its LAST write (a
+    dedupe bump rewrites it, restarting its lease), so a repeat keeps it while an Event
+    written once at the same time goes. The deadlines are kept in a heap: a bump leaves a
+    stale entry behind, which must not delete the rewritten Event."""
+    clock = [0.0]
+    log = _log(clock, ttl_s=100.0)
+    other = {**POD, "metadata": {**POD["metadata"], "name": "q", "uid": "u2"}}
+    log.add("Pulling", POD, 'Pulling image "x"')
+    log.add("Pulling", other, 'Pulling image "x"')
+    clock[0] = 60.0
+    log.add("Pulling", POD, 'Pulling image "x"')  # the same Event, bumped: lives to 160
+    clock[0] = 100.0
+    assert log.expire() == 1  # q's, written once at 0
+    assert [e["involvedObject"]["name"] for e in log.list()] == ["p"]
+    clock[0] = 159.0
+    assert log.expire() == 0 and len(log.list()) == 1  # p's stale deadline (100) skipped
+    clock[0] = 160.0
+    assert log.expire() == 1 and log.list() == []

@@ -43,7 +43,7 @@ from sandboxes.providers.kubernetes.deleter import (
     PodDeleter,
     Unconfirmed,
 )
-from sandboxes.providers.kubernetes.manifest import build_pod_manifest
+from sandboxes.providers.kubernetes.podbody import Body, PodBodies, post_pod
 from sandboxes.providers.kubernetes.retry import (
     RetryPolicy,
     invalid_fields,
@@ -117,10 +117,11 @@ class PodCreator:
         self._note_stored = note_stored
         self._retry, self._sleep = retry, sleep
         self._expect_late = expect_late
+        self._bodies = PodBodies(core.api_client, config)  # the manifest, once per template
 
     async def create(self, spec: SandboxSpec) -> Handle:
         self._ensure_started()
-        manifest = build_pod_manifest(spec, self._config)
+        manifest = self._bodies.body(spec)
         attempt = 1
         while True:
             outcome = await self._send(manifest, spec, attempt)
@@ -134,7 +135,7 @@ class PodCreator:
                 outcome.pending = None  # confirmed (and reported) by the deleter
         return self._finish(outcome)
 
-    async def _send(self, manifest: client.V1Pod, spec: SandboxSpec, attempt: int) -> CreateOutcome:
+    async def _send(self, manifest: Body, spec: SandboxSpec, attempt: int) -> CreateOutcome:
         """One send of the create, run to settlement even if the caller is cancelled."""
         abandoned = threading.Event()
         work = self._calls.submit(
@@ -188,19 +189,20 @@ class PodCreator:
             log.warning("abandoned pod %s stays pending deletion", handle.name, exc_info=True)
 
     def _create_sync(
-        self, manifest: client.V1Pod, spec: SandboxSpec, abandoned: threading.Event, attempt: int
+        self, manifest: Body, spec: SandboxSpec, abandoned: threading.Event, attempt: int
     ) -> CreateOutcome:
         if abandoned.is_set():
             return CreateOutcome()
         sent_at = time.monotonic()
         try:
             # Raw answer: deserializing the stored pod into client models cost more CPU than
-            # the whole rest of the create; only its uid and resourceVersion are read.
-            resp: Any = self._core.create_namespaced_pod(
+            # the whole rest of the create; only its uid and resourceVersion are read. The
+            # body is plain JSON (podbody.py): serializing client models cost as much again.
+            resp: Any = post_pod(
+                self._core,
                 self._config.namespace,
                 manifest,
-                _request_timeout=self._config.request_timeout_s,
-                _preload_content=False,
+                request_timeout=self._config.request_timeout_s,
             )
             try:
                 stored = json.loads(resp.data).get("metadata") or {}

@@ -10,7 +10,10 @@ detection of changes"):
 * only a 410 Gone (that version compacted away) lists again; a failed list is listed again
   after a backoff;
 * it runs in its own thread (the watch blocks) and hands every change to the owning event
-  loop with ``call_soon_threadsafe``: its callbacks run only on that loop;
+  loop: its callbacks run only on that loop, in the order the stream delivered them (the
+  list's ``on_sync`` included). What arrives while the loop has not yet taken the last
+  hand-off joins it: one ``call_soon_threadsafe`` (one loop wake-up) per batch of changes,
+  not per change -- under a burst the wake-ups cost more than the callbacks;
 * items stay raw JSON (building a client model per event costs ~15x the parse).
 """
 
@@ -58,6 +61,9 @@ class Reflector:
         self._stop = threading.Event()
         self._resp: Any = None
         self._thread = threading.Thread(target=self._run, name=f"sandman-{name}", daemon=True)
+        self._handoff: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self._handoff_lock = threading.Lock()
+        self._handoff_posted = False  # a _deliver is scheduled on the loop
         self._retry = RetryPolicy(config, lambda n: 0.0)
         self.pages = Pages(call, config, self._retry, self._stop.wait)
         self._version: str | None = None  # None: list (again) before the next watch
@@ -89,10 +95,26 @@ class Reflector:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._handoff_lock:
+            self._handoff.append((fn, args))
+            if self._handoff_posted:
+                return  # the scheduled _deliver takes this one too
+            self._handoff_posted = True
         try:
-            self._loop.call_soon_threadsafe(fn, *args)
+            self._loop.call_soon_threadsafe(self._deliver)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self._stop.set()
+
+    def _deliver(self) -> None:
+        """On the loop: run every change handed off so far, in order."""
+        with self._handoff_lock:
+            taken, self._handoff = self._handoff, []
+            self._handoff_posted = False
+        for fn, args in taken:
+            try:
+                fn(*args)
+            except Exception:  # one bad callback must not drop the changes after it
+                log.exception("%s: callback %s failed", self.name, fn)
 
     def _run(self) -> None:
         failures = 0
