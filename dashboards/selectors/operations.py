@@ -43,6 +43,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Greatest, Least
 
 from dashboards.filters import OTHERS, ChartFilter, top_with_others
+from dashboards.selectors import rolled
 from dashboards.rows.operations import (
     AddressFailureBucket,
     AddressFailureLoad,
@@ -73,6 +74,9 @@ def _scheduled_in(flt: ChartFilter) -> QuerySet[Sandbox]:
 
 def address_failures_per_minute(flt: ChartFilter) -> list[AddressFailureBucket]:
     """Address failures per bucket of ``scheduled_at`` (else ``requested_at``); one query."""
+    plan = rolled.plan_of(flt)
+    if plan is not None:
+        return rolled.address_failures_per_minute(flt, plan)
     bucket_s = int(flt.window.bucket_s)
     rows = (
         _scheduled_in(flt)
@@ -104,6 +108,9 @@ def address_failures_by_node_load(flt: ChartFilter) -> list[AddressFailureLoad]:
     Load = sandboxes on the same node requested in the same window bucket (module doc).
     One query: the per-sandbox load is a window function, the outer query groups by it.
     """
+    plan = rolled.plan_of(flt)
+    if plan is not None:
+        return rolled.address_failures_by_node_load(flt, plan)
     window = flt.window
     bucket_s = int(window.bucket_s)
     inner = (
@@ -156,7 +163,8 @@ def warm_use_by_job_key(flt: ChartFilter) -> list[WarmKey]:
     The filter's top N (job, key) pairs by acquisitions plus warm pods, the rest as "others".
     """
     window = flt.window
-    hits = (
+    plan = rolled.plan_of(flt)
+    hits = [] if plan is not None else (
         flt.acquisitions(
             Acquisition.objects.filter(
                 outcome=AcquisitionOutcome.OK,
@@ -189,6 +197,9 @@ def warm_use_by_job_key(flt: ChartFilter) -> list[WarmKey]:
         )
     )
     merged: dict[tuple[int, str], dict] = {}
+    if plan is not None:
+        for key, (name, hit_n, n) in rolled.hits_by_key(flt, plan).items():
+            merged[key] = {"job_name": name, "hits": hit_n, "acquisitions": n}
     for row in hits:
         merged[(row["job_id"], row["key_hash"])] = {
             "job_name": row["job__name"],
