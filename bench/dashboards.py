@@ -7,11 +7,12 @@ Run it under a throwaway PostgreSQL (it refuses SQLite: the target is PostgreSQL
         --sandboxes 1000000 --trajectories 100000
 
 It migrates the fresh database, runs ``manage.py seed_history`` (timed: the issue asks for
-minutes; skipped with ``--reuse`` when the database was seeded already), runs
-``manage.py refresh_rollups`` (timed: the backfill of the rollups) and ``ANALYZE``, then requests, in-process through Django's test client (the
-whole view: filter parsing, SQL, figures, template, JSON), every operator page and every
-chart's JSON endpoint over the hour, the day and the 30 days ending at the newest record
-(``from=&to=``, so ``--reuse`` of a database seeded earlier measures the same rows), the same with
+minutes; skipped with ``--reuse`` when the database was seeded already, e.g. a cluster kept
+alive with ``DATABASE_URL``), runs ``manage.py refresh_rollups`` (timed: the rollups'
+backfill) and ``ANALYZE``, then requests, in-process through Django's test client (the whole
+view: filter parsing, SQL, figures, template, JSON), every operator page and every chart's
+JSON endpoint over the hour, the day and the 30 days ending at the newest record
+(``from=&to=``, so a database seeded earlier is measured over the same rows), the same with
 a job filter and a backend filter, and ``GET /api/v1/jobs/{id}/critical-path/`` of the
 busiest training job (whole job and last hour). Each is requested ``--repeat`` times; the
 JSON records every sample, the median and the max, beside the same-run baseline

@@ -39,7 +39,9 @@ def representative(index: int) -> float:
     return 2.0 * GAMMA**index / (GAMMA + 1.0)
 
 
-def percentiles(counts: Iterable[tuple[int, int]], fractions: Sequence[float]) -> tuple[int, tuple[float | None, ...]]:
+def percentiles(
+    counts: Iterable[tuple[int, int]], fractions: Sequence[float]
+) -> tuple[int, tuple[float | None, ...]]:
     """``(n, values)`` from ``(bin, count)`` pairs: ``percentile_cont`` over the representatives."""
     ordered = sorted((b, c) for b, c in counts if c > 0)
     n = sum(c for _, c in ordered)

@@ -184,9 +184,7 @@ class _Waits(Family):
         return " UNION ALL ".join(parts), params + params
 
 
-READY = _Ready(
-    "rollups_readyrollup", ("bucket", "job_id", "backend", "image", "bin", "n"), ("n",)
-)
+READY = _Ready("rollups_readyrollup", ("bucket", "job_id", "backend", "image", "bin", "n"), ("n",))
 CREATES = _Creates("rollups_createrollup", ("bucket", "job_id", "backend", "n", "peak_per_s"))
 NODES = _Node(
     "rollups_noderollup",
@@ -202,7 +200,5 @@ ACQUISITIONS = _Acquisitions(
     "rollups_acquisitionrollup",
     ("bucket", "job_id", "backend", "key_hash", "outcome", "source", "n"),
 )
-WAITS = _Waits(
-    "rollups_waitrollup", ("bucket", "job_id", "backend", "metric", "bin", "n"), ("n",)
-)
+WAITS = _Waits("rollups_waitrollup", ("bucket", "job_id", "backend", "metric", "bin", "n"), ("n",))
 FAMILIES: tuple[Family, ...] = (READY, CREATES, NODES, ADDRESS, ACQUISITIONS, WAITS)

@@ -50,7 +50,7 @@ class ReadyRollup(models.Model):
     n = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["bucket", "job_id"])]
+        indexes = [models.Index(fields=["job_id", "backend", "bucket"])]
 
 
 class CreateRollup(models.Model):
@@ -63,7 +63,7 @@ class CreateRollup(models.Model):
     peak_per_s = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["bucket", "job_id"])]
+        indexes = [models.Index(fields=["job_id", "backend", "bucket"])]
 
 
 class NodeRollup(models.Model):
@@ -78,7 +78,7 @@ class NodeRollup(models.Model):
     unknown = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["bucket", "job_id"])]
+        indexes = [models.Index(fields=["job_id", "backend", "bucket"])]
 
 
 class AddressRollup(models.Model):
@@ -92,7 +92,7 @@ class AddressRollup(models.Model):
     unknown = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["bucket", "job_id"])]
+        indexes = [models.Index(fields=["job_id", "backend", "bucket"])]
 
 
 class AcquisitionRollup(models.Model):
@@ -107,7 +107,7 @@ class AcquisitionRollup(models.Model):
     n = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["bucket", "job_id"])]
+        indexes = [models.Index(fields=["job_id", "backend", "bucket"])]
 
 
 class WaitRollup(models.Model):
@@ -121,4 +121,4 @@ class WaitRollup(models.Model):
     n = models.BigIntegerField()
 
     class Meta:
-        indexes = [models.Index(fields=["bucket", "job_id"])]
+        indexes = [models.Index(fields=["job_id", "backend", "bucket"])]

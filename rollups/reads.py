@@ -18,8 +18,8 @@ from django.db import connection
 from rollups import bins
 from rollups.families import (
     ACQUISITIONS,
-    ALL,
     ADDRESS,
+    ALL,
     CREATES,
     NODES,
     READY,
@@ -102,9 +102,7 @@ def ready_bins(plan: Plan, bucket_s: int, scope: Scope) -> dict[int, list[tuple[
 def ready_bins_by_image(plan: Plan, scope: Scope) -> dict[str, list[tuple[int, int]]]:
     source, params = _union(READY, plan, scope)
     out: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for image, bin_, n in _rows(
-        f"SELECT image, bin, SUM(n) FROM {source} GROUP BY 1, 2", params
-    ):
+    for image, bin_, n in _rows(f"SELECT image, bin, SUM(n) FROM {source} GROUP BY 1, 2", params):
         out[str(image)].append((int(bin_), int(n)))
     return out
 
@@ -130,7 +128,9 @@ def creates(plan: Plan, bucket_s: int, scope: Scope) -> list[tuple[int, int, int
     return [(int(b), int(n), int(peak)) for b, n, peak in rows]
 
 
-def wait_bins(plan: Plan, bucket_s: int, scope: Scope) -> dict[tuple[int, str], list[tuple[int, int]]]:
+def wait_bins(
+    plan: Plan, bucket_s: int, scope: Scope
+) -> dict[tuple[int, str], list[tuple[int, int]]]:
     """``{(chart bucket, "wait"|"queue"): [(bin, n)]}`` by bucket of ``finished_at``."""
     source, params = _union(WAITS, plan, scope)
     out: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)

@@ -44,8 +44,8 @@ from sandboxes.critical_path import (
     fixed_concurrency_estimate,
 )
 from sandboxes.models import LearnerStep as StepRow
-from sandboxes.models import Trajectory as TrajectoryRow
 from sandboxes.models import StepAttributionRollup, TrajectoryPhase
+from sandboxes.models import Trajectory as TrajectoryRow
 
 _ACQUISITION = ("rollout_acquisition", "grading_acquisition")
 
@@ -72,6 +72,7 @@ def _steps(job_id: int, lo: float | None, hi: float | None) -> list[tuple[int, L
 def step_records(rows: QuerySet[StepRow]) -> list[tuple[int, LearnerStep]]:
     """``(row id, step)`` for step rows, by step number."""
     fields = ("pk", "step", "wait_start", "wait_end", "handover_end", "train_end", "groups")
+    found = rows.order_by("step").values_list(*fields, "dropped_groups")
     return [
         (
             pk,
@@ -85,9 +86,7 @@ def step_records(rows: QuerySet[StepRow]) -> list[tuple[int, LearnerStep]]:
                 dropped_groups=tuple(dropped),
             ),
         )
-        for pk, step, wait_start, wait_end, handover_end, train_end, groups, dropped in rows.order_by(
-            "step"
-        ).values_list(*fields, "dropped_groups")
+        for pk, step, wait_start, wait_end, handover_end, train_end, groups, dropped in found
     ]
 
 
@@ -151,7 +150,9 @@ def attribute_from_rows(job_id: int, steps: Sequence[LearnerStep]) -> Attributio
         return attribute_steps([], [])
     span_lo = min(s.wait_start for s in steps)
     span_hi = max(s.train_end for s in steps)
-    return attribute_steps(steps, _trajectories(_trajectory_ids(job_id, list(steps), span_lo, span_hi)))
+    return attribute_steps(
+        steps, _trajectories(_trajectory_ids(job_id, list(steps), span_lo, span_hi))
+    )
 
 
 def _seconds(rows: QuerySet, lo: float, hi: float) -> float:

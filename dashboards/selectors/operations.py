@@ -43,13 +43,13 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Greatest, Least
 
 from dashboards.filters import OTHERS, ChartFilter, top_with_others
-from dashboards.selectors import rolled
 from dashboards.rows.operations import (
     AddressFailureBucket,
     AddressFailureLoad,
     IncidentClassHours,
     WarmKey,
 )
+from dashboards.selectors import rolled
 from dashboards.sql import DurationMs, EpochMs, FloorDiv, raw_rows
 from dashboards.window import Window, bucket_start
 from incidents import selectors as incident_selectors
@@ -164,17 +164,21 @@ def warm_use_by_job_key(flt: ChartFilter) -> list[WarmKey]:
     """
     window = flt.window
     plan = rolled.plan_of(flt)
-    hits = [] if plan is not None else (
-        flt.acquisitions(
-            Acquisition.objects.filter(
-                outcome=AcquisitionOutcome.OK,
-                finished_at__gte=window.since,
-                finished_at__lt=window.until,
+    hits = (
+        []
+        if plan is not None
+        else (
+            flt.acquisitions(
+                Acquisition.objects.filter(
+                    outcome=AcquisitionOutcome.OK,
+                    finished_at__gte=window.since,
+                    finished_at__lt=window.until,
+                )
             )
+            .order_by()
+            .values("job_id", "job__name", "key_hash")
+            .annotate(op_hits=Count("pk", filter=Q(source__in=HIT_SOURCES)), op_n=Count("pk"))
         )
-        .order_by()
-        .values("job_id", "job__name", "key_hash")
-        .annotate(op_hits=Count("pk", filter=Q(source__in=HIT_SOURCES)), op_n=Count("pk"))
     )
     idle = (
         flt.sandboxes(Sandbox.objects.all())

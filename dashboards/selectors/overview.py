@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from django.db.models import Case, CharField, Count, F, Max, Q, QuerySet, Value, When
 
 from dashboards.filters import OTHERS, ChartFilter, top_with_others
-from dashboards.selectors import rolled
 from dashboards.rows.overview import (
     CreateRate,
     HistogramBin,
@@ -37,6 +36,7 @@ from dashboards.rows.overview import (
     WaitBucket,
     WarmHits,
 )
+from dashboards.selectors import rolled
 from dashboards.sql import (
     DurationMs,
     FloorDiv,
@@ -275,7 +275,10 @@ def warm_hits_by_job(flt: ChartFilter) -> list[WarmHits]:
             for job_id, name, counts in rolled.warm_hits_counts(flt, plan)
         ]
         return top_with_others(
-            hits, top=flt.top, volume=lambda r: r.warm + r.reused + r.created, merge=_merge_warm_hits
+            hits,
+            top=flt.top,
+            volume=lambda r: r.warm + r.reused + r.created,
+            merge=_merge_warm_hits,
         )
     window = flt.window
     rows = (

@@ -81,7 +81,9 @@ def ready_time_by_image(flt: ChartFilter, plan: Plan) -> list[ImageSplit]:
         if name not in by_image:
             continue
         n, values = bins.percentiles(by_image[name], LATENCY_FRACTIONS)
-        out.append(ImageSplit(image=name, n=n, p50_ms=values[0], p90_ms=values[1], p99_ms=values[2]))
+        out.append(
+            ImageSplit(image=name, n=n, p50_ms=values[0], p90_ms=values[1], p99_ms=values[2])
+        )
     return out
 
 
