@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-ALPHA = 0.02
+ALPHA = 0.05
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
 MIN_MS = 1.0
 ZERO_BIN = -1000

@@ -4,7 +4,7 @@ Each function takes a :class:`~rollups.plan.Plan` (from ``window_plan``), the wi
 bucket width and the filter's :class:`~rollups.families.Scope`, and returns plain tuples
 that ``dashboards.selectors`` turns into their row shapes. Aggregation is SQL (one UNION ALL
 of the stored rows and the raw rows' same aggregate, summed per group); only percentiles
-are finished in Python from the per-bin counts (``rollups.bins``: within 2 % or 1 ms).
+are finished in Python from the per-bin counts (``rollups.bins``: within 5 % or 1 ms).
 """
 
 from __future__ import annotations

@@ -138,3 +138,15 @@ def rollups_refresh(*, now: dt.datetime, limit: int = MAX_BUCKETS_PER_PASS) -> R
         if done < limit:
             break
     return RefreshCounts(watermark=watermark, buckets=buckets, rows=rows)
+
+
+def rollups_reset() -> None:
+    """Forget every rollup row (the next refresh rebuilds them all from raw rows): after a
+    change to the bins or the families' SQL. Takes the watermark lock like a move."""
+    if connection.vendor != "postgresql":
+        return
+    tables = ", ".join(f.table for f in FAMILIES)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+        cursor.execute(f"TRUNCATE {tables}, rollups_rollupdirty")
+        RollupState.objects.update_or_create(pk=1, defaults={"watermark": 0})

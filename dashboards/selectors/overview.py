@@ -16,7 +16,7 @@ Rules a reader must not break:
     finished inside the window, any outcome (a timed-out caller waited too);
   - a *warm hit* is a successful acquisition served by a warm or reused sandbox.
 * Windows over 15 h are read from the rollups (``selectors.rolled``): the same counts,
-  percentiles within 2 % (or 1 ms) of the exact ones.
+  percentiles within 5 % (or 1 ms) of the exact ones.
 """
 
 from __future__ import annotations

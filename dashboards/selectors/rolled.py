@@ -4,8 +4,8 @@
 chart bucket of 30 minutes or more: windows over 15 hours); when it is, the selectors in
 ``selectors.overview`` and ``selectors.operations`` call the function here of the same name,
 which returns the same row shapes. Counts are exact (the same numbers as the raw query);
-percentiles come from log-spaced histogram bins and are within 2 % (or 1 ms) of the exact
-``percentile_cont`` (``rollups.bins``, stated on the charts); the create-to-Ready histogram
+percentiles come from log-spaced histogram bins and are within 5 % (or 1 ms) of the exact
+``percentile_cont`` (``rollups.bins.ALPHA``, stated on the charts); the create-to-Ready histogram
 places each sandbox by its bin's representative value, so a count may sit one bar over.
 """
 
@@ -32,9 +32,9 @@ from sandboxes.states import SandboxSource
 
 LATENCY_FRACTIONS = (0.5, 0.9, 0.99)
 WAIT_FRACTIONS = (0.5, 0.99)
-ROLLUP_NOTE = (
-    "Windows over 15 h read 30-minute rollups: percentiles within 2 % (or 1 ms) of the exact "
-    "value, counts exact."
+ROLLUP_CAPTION = (
+    f"Windows over 15 h are read from 30-minute rollups: counts exact, percentiles from "
+    f"histogram bins, within {bins.ALPHA:.0%} (or {bins.MIN_MS:g} ms) of the exact value."
 )
 
 

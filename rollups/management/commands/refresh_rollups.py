@@ -4,7 +4,8 @@ Advances the dashboard rollups' watermark and rebuilds their dirty buckets
 (``rollups.refresh``), then stores the attribution of every learner step that has none
 (``sandboxes.services.step_rollups``). Once by default (a backfill after ``seed_history``
 or a migration); with ``--every`` it repeats until interrupted, the cheap periodic job a
-deployment runs beside the server. Prints what each pass did.
+deployment runs beside the server. ``--rebuild`` drops every rollup row first (after a change
+to the bins). Prints what each pass did.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from rollups.refresh import rollups_refresh
+from rollups.refresh import rollups_refresh, rollups_reset
 from sandboxes.services.step_rollups import step_attributions_refresh
 
 
@@ -25,10 +26,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--every", type=float, default=0.0)
+        parser.add_argument(
+            "--rebuild", action="store_true", help="drop every rollup row first, rebuild all"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         every = max(0.0, float(options["every"]))
         stop = threading.Event()
+        if options["rebuild"]:
+            rollups_reset()
         while True:
             began = time.monotonic()
             counts = rollups_refresh(now=timezone.now())
