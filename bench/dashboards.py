@@ -237,9 +237,14 @@ def _write(
         },
         "views": results,
         "load_average": {"before": context["load_before"], "now": os.getloadavg()},
-        "command": "python scripts/with_postgres.py -- python bench/dashboards.py "
-        f"--sandboxes {args.sandboxes} --trajectories {args.trajectories} "
-        f"--repeat {args.repeat}" + (" --reuse" if args.reuse else ""),
+        "command": (
+            "DATABASE_URL=<a seeded cluster> python bench/dashboards.py"
+            if args.reuse
+            else "python scripts/with_postgres.py -- python bench/dashboards.py"
+        )
+        + f" --sandboxes {args.sandboxes} --trajectories {args.trajectories}"
+        + f" --repeat {args.repeat}"
+        + (" --reuse" if args.reuse else ""),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
