@@ -256,7 +256,15 @@ def attribute_steps(
 ) -> Attribution:
     """Attribute every step and the shares of their summed intervals (Figure 5's bars)."""
     timeline = Timeline(trajectories)
-    per_step = tuple(attribute_step(s, timeline) for s in sorted(steps, key=lambda s: s.step))
+    return combine(attribute_step(s, timeline) for s in steps)
+
+
+def combine(results: Iterable[StepAttribution]) -> Attribution:
+    """Per-step results (computed now or stored earlier) as one Attribution, by step number.
+
+    The shares are the summed seconds over the summed intervals, so a step's stored result
+    and a fresh one combine to the same answer as attributing all steps at once."""
+    per_step = tuple(sorted(results, key=lambda r: r.step))
     totals = dict.fromkeys(CATEGORIES, 0.0)
     for result in per_step:
         for category, seconds in result.seconds.items():

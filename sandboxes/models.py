@@ -278,7 +278,17 @@ class TrajectoryPhase(models.Model):
     from_sandman = models.BooleanField(default=False)
 
     class Meta:
-        indexes = [models.Index(fields=["trajectory", "start"])]
+        indexes = [
+            models.Index(fields=["trajectory", "start"]),
+            # Waiting share and Little's law sum only acquisition phases: an index-only probe
+            # per trajectory instead of every phase (issue 11 item 6).
+            models.Index(
+                fields=["trajectory"],
+                include=["start", "end", "from_sandman"],
+                condition=models.Q(kind__in=["rollout_acquisition", "grading_acquisition"]),
+                name="phase_acquisition_traj",
+            ),
+        ]
 
 
 class LearnerStep(models.Model):
@@ -349,3 +359,26 @@ class AddressFloorChange(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["at"])]
+
+
+class StepAttributionRollup(models.Model):
+    """A learner step's stored Appendix J attribution: derived data, never the source of truth.
+
+    Written by ``sandboxes.services.step_rollups`` (the periodic ``refresh_rollups`` job and
+    backfills) from the raw trajectories, phases and steps; deleted when a late trajectory
+    could change it (``trajectories_report`` invalidates in the same transaction). A step
+    without a row is attributed from raw rows at read time, so a read never sees a stale one.
+    """
+
+    step = models.OneToOneField(
+        LearnerStep, on_delete=models.CASCADE, primary_key=True, related_name="attribution"
+    )
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    train_end = models.FloatField()
+    # {category: seconds} over sandboxes.critical_path.CATEGORIES; adds up to the interval.
+    seconds = models.JSONField(default=dict)
+    ended_by = models.CharField(max_length=200, blank=True, default="")
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "train_end"])]

@@ -15,6 +15,7 @@ Invariants a reader must not break:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db.models import (
@@ -31,17 +32,20 @@ from django.db.models import (
 from django.db.models.functions import Greatest, Least
 
 from sandboxes.critical_path import (
+    CATEGORIES,
     Attribution,
     FixedConcurrencyEstimate,
     LearnerStep,
     Phase,
+    StepAttribution,
     Trajectory,
     attribute_steps,
+    combine,
     fixed_concurrency_estimate,
 )
 from sandboxes.models import LearnerStep as StepRow
+from sandboxes.models import StepAttributionRollup, TrajectoryPhase
 from sandboxes.models import Trajectory as TrajectoryRow
-from sandboxes.models import TrajectoryPhase
 
 _ACQUISITION = ("rollout_acquisition", "grading_acquisition")
 
@@ -55,23 +59,34 @@ class CriticalPath:
     estimate: FixedConcurrencyEstimate | None
 
 
-def _steps(job_id: int, lo: float | None, hi: float | None) -> list[LearnerStep]:
+def _steps(job_id: int, lo: float | None, hi: float | None) -> list[tuple[int, LearnerStep]]:
+    """The job's steps whose whole interval is inside ``[lo, hi]``, with their row ids."""
     rows = StepRow.objects.filter(job_id=job_id)
     if lo is not None:
         rows = rows.filter(wait_start__gte=lo)
     if hi is not None:
         rows = rows.filter(train_end__lte=hi)
+    return step_records(rows)
+
+
+def step_records(rows: QuerySet[StepRow]) -> list[tuple[int, LearnerStep]]:
+    """``(row id, step)`` for step rows, by step number."""
+    fields = ("pk", "step", "wait_start", "wait_end", "handover_end", "train_end", "groups")
+    found = rows.order_by("step").values_list(*fields, "dropped_groups")
     return [
-        LearnerStep(
-            step=r.step,
-            wait_start=r.wait_start,
-            wait_end=r.wait_end,
-            handover_end=r.handover_end,
-            train_end=r.train_end,
-            groups=tuple(r.groups),
-            dropped_groups=tuple(r.dropped_groups),
+        (
+            pk,
+            LearnerStep(
+                step=step,
+                wait_start=wait_start,
+                wait_end=wait_end,
+                handover_end=handover_end,
+                train_end=train_end,
+                groups=tuple(groups),
+                dropped_groups=tuple(dropped),
+            ),
         )
-        for r in rows.order_by("step")
+        for pk, step, wait_start, wait_end, handover_end, train_end, groups, dropped in found
     ]
 
 
@@ -110,19 +125,34 @@ def _trajectories(ids: set[int]) -> list[Trajectory]:
         "trajectory_id", "kind", "start", "end"
     ):
         phases.setdefault(tid, []).append(Phase(kind, start, end))
+    fields = ("pk", "trainer_id", "slot", "group", "start", "end", "failed", "predecessor")
     return [
         Trajectory(
-            id=r.trainer_id,
-            slot=r.slot,
-            group=r.group,
-            start=r.start,
-            end=r.end,
-            failed=r.failed,
-            predecessor=r.predecessor or None,
-            phases=tuple(phases.get(r.pk, ())),
+            id=trainer_id,
+            slot=slot,
+            group=group,
+            start=start,
+            end=end,
+            failed=failed,
+            predecessor=predecessor or None,
+            phases=tuple(phases.get(pk, ())),
         )
-        for r in TrajectoryRow.objects.filter(pk__in=ids)
+        for pk, trainer_id, slot, group, start, end, failed, predecessor in (
+            TrajectoryRow.objects.filter(pk__in=ids).values_list(*fields)
+        )
     ]
+
+
+def attribute_from_rows(job_id: int, steps: Sequence[LearnerStep]) -> Attribution:
+    """Attribute ``steps`` of one job from the raw rows (the source of truth), loading exactly
+    the trajectories their span needs (module doc)."""
+    if not steps:
+        return attribute_steps([], [])
+    span_lo = min(s.wait_start for s in steps)
+    span_hi = max(s.train_end for s in steps)
+    return attribute_steps(
+        steps, _trajectories(_trajectory_ids(job_id, list(steps), span_lo, span_hi))
+    )
 
 
 def _seconds(rows: QuerySet, lo: float, hi: float) -> float:
@@ -180,16 +210,39 @@ def _estimate(
     )
 
 
+def stored_attributions(step_pks: Sequence[int]) -> dict[int, StepAttribution]:
+    """The stored attributions of these step rows (by row id); steps without one are absent."""
+    rows = StepAttributionRollup.objects.filter(step_id__in=step_pks).values_list(
+        "step_id", "step__step", "step__wait_start", "step__train_end", "seconds", "ended_by"
+    )
+    return {
+        pk: StepAttribution(
+            step=step,
+            start=start,
+            end=end,
+            seconds={c: float(seconds.get(c, 0.0)) for c in CATEGORIES},
+            ended_by=ended_by or None,
+        )
+        for pk, step, start, end, seconds, ended_by in rows
+    }
+
+
 def critical_path(job_id: int, *, lo: float | None = None, hi: float | None = None) -> CriticalPath:
-    """Appendix J for one job's steps inside ``[lo, hi]`` (epoch seconds; None: unbounded)."""
-    steps = _steps(job_id, lo, hi)
-    if not steps:
+    """Appendix J for one job's steps inside ``[lo, hi]`` (epoch seconds; None: unbounded).
+
+    Steps with a stored attribution (``StepAttributionRollup``) are read from it; the rest
+    are attributed from the raw rows now, so the answer is the same either way."""
+    rows = _steps(job_id, lo, hi)
+    if not rows:
         return CriticalPath(attribute_steps([], []), None, None)
+    steps = [step for _, step in rows]
+    stored = stored_attributions([pk for pk, _ in rows])
+    missing = [step for pk, step in rows if pk not in stored]
+    fresh = attribute_from_rows(job_id, missing).per_step if missing else ()
     span_lo = min(s.wait_start for s in steps)
     span_hi = max(s.train_end for s in steps)
-    trajectories = _trajectories(_trajectory_ids(job_id, steps, span_lo, span_hi))
     return CriticalPath(
-        attribution=attribute_steps(steps, trajectories),
+        attribution=combine([*stored.values(), *fresh]),
         waiting_share=waiting_share(job_id, span_lo, span_hi),
         estimate=_estimate(job_id, steps, span_lo, span_hi),
     )

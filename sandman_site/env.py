@@ -97,6 +97,10 @@ def database_from_url(
         raise ConfigError(f"SANDMAN_DB_POOL_MAX must be 0 (no pool) or more, got {pool_max}")
     query: dict[str, object] = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     host = query.pop("host", None) or (unquote(parsed.hostname) if parsed.hostname else "")
+    # JIT compiles a query whose estimated cost is high; the dashboards' aggregates (rollup
+    # unions, generate_series joins) are estimated high and run in milliseconds, and the
+    # compile alone took 1.5 s of such a query (bench/dashboards.py). ``?options=`` wins.
+    query.setdefault("options", "-c jit=off")
     entry = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parsed.path.lstrip("/")) or "postgres",

@@ -23,6 +23,7 @@ from dashboards.rows.overview import (
     WarmHits,
 )
 from dashboards.selectors import overview as sel
+from dashboards.selectors.rolled import ROLLUP_CAPTION
 from sandboxes.states import SANDBOX_COLOURS
 
 DATA_URL = "/dashboard/data/"
@@ -78,22 +79,26 @@ CHARTS: dict[str, Chart] = {
     ),
     "acquire_wait": Chart(
         "Acquisition wait, queue included",
-        "What callers waited (p50, p99), with the pacer queue alone dotted; by finish time.",
+        "What callers waited (p50, p99), with the pacer queue alone dotted; by finish time. "
+        + ROLLUP_CAPTION,
         _acquire_wait,
     ),
     "ready_time": Chart(
         "Create-to-Ready over time",
-        "Requested to Ready, p50 / p90 / p99 of the sandboxes Ready in each bucket.",
+        "Requested to Ready, p50 / p90 / p99 of the sandboxes Ready in each bucket. "
+        + ROLLUP_CAPTION,
         _ready_time,
     ),
     "ready_hist": Chart(
         "Create-to-Ready histogram",
-        "Stacked by whether the image was already on the node or had to be pulled.",
+        "Stacked by whether the image was already on the node or had to be pulled. "
+        + ROLLUP_CAPTION,
         _ready_hist,
     ),
     "ready_split": Chart(
         "Pulled vs present",
-        "Create-to-Ready percentiles with the image present on the node vs pulled.",
+        "Create-to-Ready percentiles with the image present on the node vs pulled. "
+        + ROLLUP_CAPTION,
         _ready_split,
     ),
     "warm_hits": Chart(

@@ -49,6 +49,7 @@ from dashboards.rows.operations import (
     IncidentClassHours,
     WarmKey,
 )
+from dashboards.selectors import rolled
 from dashboards.sql import DurationMs, EpochMs, FloorDiv, raw_rows
 from dashboards.window import Window, bucket_start
 from incidents import selectors as incident_selectors
@@ -73,6 +74,9 @@ def _scheduled_in(flt: ChartFilter) -> QuerySet[Sandbox]:
 
 def address_failures_per_minute(flt: ChartFilter) -> list[AddressFailureBucket]:
     """Address failures per bucket of ``scheduled_at`` (else ``requested_at``); one query."""
+    plan = rolled.plan_of(flt)
+    if plan is not None:
+        return rolled.address_failures_per_minute(flt, plan)
     bucket_s = int(flt.window.bucket_s)
     rows = (
         _scheduled_in(flt)
@@ -104,6 +108,9 @@ def address_failures_by_node_load(flt: ChartFilter) -> list[AddressFailureLoad]:
     Load = sandboxes on the same node requested in the same window bucket (module doc).
     One query: the per-sandbox load is a window function, the outer query groups by it.
     """
+    plan = rolled.plan_of(flt)
+    if plan is not None:
+        return rolled.address_failures_by_node_load(flt, plan)
     window = flt.window
     bucket_s = int(window.bucket_s)
     inner = (
@@ -156,17 +163,22 @@ def warm_use_by_job_key(flt: ChartFilter) -> list[WarmKey]:
     The filter's top N (job, key) pairs by acquisitions plus warm pods, the rest as "others".
     """
     window = flt.window
+    plan = rolled.plan_of(flt)
     hits = (
-        flt.acquisitions(
-            Acquisition.objects.filter(
-                outcome=AcquisitionOutcome.OK,
-                finished_at__gte=window.since,
-                finished_at__lt=window.until,
+        []
+        if plan is not None
+        else (
+            flt.acquisitions(
+                Acquisition.objects.filter(
+                    outcome=AcquisitionOutcome.OK,
+                    finished_at__gte=window.since,
+                    finished_at__lt=window.until,
+                )
             )
+            .order_by()
+            .values("job_id", "job__name", "key_hash")
+            .annotate(op_hits=Count("pk", filter=Q(source__in=HIT_SOURCES)), op_n=Count("pk"))
         )
-        .order_by()
-        .values("job_id", "job__name", "key_hash")
-        .annotate(op_hits=Count("pk", filter=Q(source__in=HIT_SOURCES)), op_n=Count("pk"))
     )
     idle = (
         flt.sandboxes(Sandbox.objects.all())
@@ -189,6 +201,9 @@ def warm_use_by_job_key(flt: ChartFilter) -> list[WarmKey]:
         )
     )
     merged: dict[tuple[int, str], dict] = {}
+    if plan is not None:
+        for key, (name, hit_n, n) in rolled.hits_by_key(flt, plan).items():
+            merged[key] = {"job_name": name, "hits": hit_n, "acquisitions": n}
     for row in hits:
         merged[(row["job_id"], row["key_hash"])] = {
             "job_name": row["job__name"],

@@ -40,8 +40,15 @@ def _shown_jobs(flt: ChartFilter) -> list[tuple[int, str]]:
 
 
 def _paths(flt: ChartFilter) -> list[tuple[int, str, CriticalPath]]:
+    """Each shown job's critical path, computed once per request (the page's three charts
+    share it)."""
     lo, hi = flt.window.since.timestamp(), flt.window.until.timestamp()
-    return [(job_id, name, critical_path(job_id, lo=lo, hi=hi)) for job_id, name in shown_jobs(flt)]
+    return flt.remember(
+        "training.paths",
+        lambda: [
+            (job_id, name, critical_path(job_id, lo=lo, hi=hi)) for job_id, name in shown_jobs(flt)
+        ],
+    )
 
 
 def job_shares(flt: ChartFilter) -> list[JobPathShares]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connection
 from django.db.models import Avg, Count, ExpressionWrapper, F, FloatField, Q, QuerySet, Sum
 
 from dashboards.filters import ChartFilter
@@ -130,6 +131,8 @@ def _in_flight(flt: ChartFilter, job_ids: Sequence[int]) -> dict[Key, float]:
     window, width = flt.window, float(flt.window.bucket_s)
     first = int(window.since.timestamp() // width)
     last = int(window.until.timestamp() // width)
+    if connection.vendor == "postgresql":
+        return _in_flight_series(job_ids, first, last, width)
     buckets = list(range(first, last + 1))
     # Portable (SQLite has no VALUES column aliases): a UNION ALL of one-row SELECTs.
     series = " UNION ALL ".join("SELECT %s AS b, %s AS lo, %s AS hi" for _ in buckets)
@@ -147,6 +150,27 @@ def _in_flight(flt: ChartFilter, job_ids: Sequence[int]) -> dict[Key, float]:
     )
     params.extend([*job_ids, first * width, (last + 1) * width])
     return {(int(j), int(b)): float(s or 0.0) for j, b, s in raw_rows(sql, params)}
+
+
+def _in_flight_series(
+    job_ids: Sequence[int], first: int, last: int, width: float
+) -> dict[Key, float]:
+    """:func:`_in_flight` on PostgreSQL: each trajectory joined only with the buckets it
+    spans (``generate_series``), not every trajectory with every bucket."""
+    table = Trajectory._meta.db_table
+    marks = ", ".join("%s" for _ in job_ids)
+    sql = (
+        'SELECT t.job_id, s.b, SUM(LEAST(t."end", (s.b + 1) * %s) - GREATEST(t.start, s.b * %s))'
+        f" FROM {table} t CROSS JOIN LATERAL generate_series("
+        "GREATEST(CAST(FLOOR(t.start / %s) AS BIGINT), %s), "
+        'LEAST(CAST(FLOOR(t."end" / %s) AS BIGINT), %s)) AS s(b)'
+        f' WHERE t.job_id IN ({marks}) AND t."end" > %s AND t.start < %s'
+        ' AND t."end" > s.b * %s AND t.start < (s.b + 1) * %s'
+        " GROUP BY t.job_id, s.b"
+    )
+    params = [width, width, width, first, width, last, *job_ids, first * width]
+    params += [(last + 1) * width, width, width]
+    return {(int(j), int(b)): float(v or 0.0) for j, b, v in raw_rows(sql, params)}
 
 
 def estimate_over_time(flt: ChartFilter) -> list[EstimateBucket]:

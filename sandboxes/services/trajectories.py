@@ -9,6 +9,9 @@ Rules a reader must not break:
   job row is locked for the write so two concurrent batches cannot both insert one id.
 * Live push: a batch that stored anything publishes ``trajectories`` or ``learner_steps``
   ``{job_id, stored, at}`` after commit (``sandman_site.live``; the training page follows).
+* Stored step attributions a new trajectory could change are deleted in the same transaction
+  (``services.step_rollups``); a read attributes those steps from raw rows until the next
+  refresh stores them again.
 * Sandman's own acquisition times win: an acquisition phase of a trajectory whose sandbox ids
   name an acquisition Sandman recorded for the job takes Sandman's start and end (clipped to
   the trajectory), matched by role and nearest start, each acquisition used once.
@@ -26,6 +29,7 @@ from django.db import transaction
 from sandboxes.critical_path import PHASE_KINDS
 from sandboxes.models import Acquisition, Job, LearnerStep, Trajectory, TrajectoryPhase
 from sandboxes.services._publish import publish_on_commit
+from sandboxes.services.step_rollups import step_attributions_invalidate
 from sandboxes.states import Role
 from sandman_site.errors import InvalidInput
 
@@ -165,6 +169,11 @@ def trajectories_report(
         ]
         TrajectoryPhase.objects.bulk_create(phases)
         if fresh:
+            step_attributions_invalidate(
+                job_id=job_id,
+                since=min(r["start"] for r in fresh),
+                groups={r["group"] for r in fresh},
+            )
             publish_on_commit("trajectories", {"job_id": job_id, "stored": len(fresh), "at": now})
     return ReportCounts(
         received=len(records), stored=len(fresh), duplicates=len(records) - len(fresh)

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "grading",
     "incidents",
     "dashboards",
+    "rollups",
 ]
 
 MIDDLEWARE = [
