@@ -19,7 +19,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("sandman_site", "sandboxes", "grading", "incidents", "dashboards", "execd")
+PRODUCT = ("sandman_site", "sandboxes", "grading", "incidents", "dashboards", "execd", "rollups")
 # The stand-in's harness half drives Sandman's controller (see standin/harness/__init__.py).
 STANDIN_CORE_EXCLUDED = ("standin.harness", "standin.tests")
 
