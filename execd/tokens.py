@@ -11,12 +11,14 @@ it). HMAC (RFC 2104) is spelled out over CPython's built-in SHA-256 because ``hm
 ``compare_digest``). Standard library only, Python 3.8.
 """
 
+import functools
 import importlib
 from typing import Any, Callable
 
 _BLOCK = 64  # SHA-256's block size in bytes
 
 
+@functools.lru_cache(maxsize=1)  # a failed import searches sys.path every time: once
 def _sha256() -> Callable[..., Any]:
     # CPython's built-in SHA-256: _sha2 from 3.12, _sha256 before; hashlib elsewhere.
     for module in ("_sha2", "_sha256", "hashlib"):
