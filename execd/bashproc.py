@@ -171,6 +171,8 @@ class BashProcess:
         test_hooks: bool,
     ) -> None:
         self.run_dir = run_dir
+        self._cmd_path = os.path.join(run_dir, "command")  # what ``scrub`` replaces
+        self._cmd_path_b = self._cmd_path.encode()
         script_r, self._script_w = os.pipe()
         self.status_r, status_w = os.pipe()
         self.out_r, out_w = os.pipe()
@@ -311,13 +313,13 @@ class BashProcess:
     def scrub(self, text: str) -> str:
         """Bash names the sourced command file in its messages and ``$BASH_SOURCE``; say
         ``bash`` there, as ``bash -c`` does, so execd's private path never shows."""
-        return text.replace(os.path.join(self.run_dir, "command"), "bash")
+        return text.replace(self._cmd_path, "bash")
 
     def scrub_bytes(self, data: "bytes | memoryview") -> bytes:
         """``scrub`` for streamed output chunks (a path split across two chunks stays);
         one copy out of the read buffer (``replace`` returns it as is when no path is in
         it)."""
-        return bytes(data).replace(os.path.join(self.run_dir, "command").encode(), b"bash")
+        return bytes(data).replace(self._cmd_path_b, b"bash")
 
     def check_error(self) -> str:
         path = os.path.join(self.run_dir, "check.err")

@@ -63,7 +63,13 @@ class FrameParser:
 
 
 class OutputCapture:
-    """Keeps the head and the tail of a stream, at most ``cap`` bytes in all."""
+    """Keeps the head and the tail of a stream, at most ``cap`` bytes in all. (It holds
+    nothing for a socket, so ``due`` stays None and ``flush`` does nothing.)"""
+
+    due = None  # type: Optional[float]
+
+    def flush(self) -> None:
+        pass
 
     def __init__(self, cap: int) -> None:
         self.head_cap = cap // 2

@@ -154,8 +154,7 @@ class Shell:
         return kill_processes(collect, self.kill_grace, {os.getpgrp()}, self.reaper, None)
 
     def _restart(self) -> Dict[str, List[int]]:
-        """Kill this shell's processes and start a fresh shell, its startup script first
-        (caller holds _busy)."""
+        """Kill this shell's processes, start a fresh one and its startup (holding _busy)."""
         report = self.kill_own()
         if self._proc is not None:
             self._proc.close(self.reaper)
@@ -173,8 +172,7 @@ class Shell:
             return interrupt(self.tracker, *self._current)
 
     def reset(self, kill: bool = True) -> Dict[str, Any]:
-        """Kill everything the sandbox started (``kill``: the caller did it already) and
-        start a fresh shell."""
+        """Kill all the sandbox started (``kill``: unless done already); start a fresh shell."""
         self.resetting = True
         try:
             # a running /exec sees its shell die and returns
@@ -237,7 +235,7 @@ class Shell:
         assert proc is not None
         marker = os.urandom(8).hex()
         cap = self.output_cap if output_cap is None else output_cap
-        capture = capture_for(cap, sink, proc.scrub_bytes)  # type: OutputCapture
+        capture = capture_for(cap, sink, proc.scrub_bytes, self.clock)  # type: OutputCapture
         errors = OutputCapture(capture.head_cap + capture.tail_cap) if separate_stderr else None
         proc.stage(command)
         since = boot_ticks()
@@ -283,8 +281,7 @@ class Shell:
         read_size: int,
         errors: Optional[OutputCapture] = None,
     ) -> Outcome:
-        """Drain output (stderr into ``errors``; dropped when None) and wait for the
-        frame, the shell's death or the deadline."""
+        """Drain output (stderr into ``errors``, or dropped) until the frame, death or deadline."""
         out = Outcome()
         parser = FrameParser(marker)
         fds = [proc.out_r, proc.status_r, proc.err_r]
@@ -300,6 +297,8 @@ class Shell:
             wait = (deadline if timeout is None else timeout.next_step) - now
             if proc.pidfd is None:
                 wait = min(wait, 0.05)  # no pidfd: poll for the shell's death
+            if capture.due is not None:  # held stream frames: out by then, or with the frame
+                wait = min(wait, capture.due - now)
             ready = select.select(fds, [], [], max(wait, 0.0))[0]
             if proc.out_r in ready:
                 proc.read_output(capture)
@@ -334,6 +333,8 @@ class Shell:
                 proc.read_pending(capture)
                 proc.read_pending(errors, proc.err_r)
                 break
+            if capture.due is not None and self.clock() >= capture.due:
+                capture.flush()
             if timeout is not None and timeout.step(self.clock()):
                 out.gave_up = True
                 break

@@ -27,6 +27,7 @@ Invariants a reader must not break:
 import json
 import logging
 import re
+import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from .frames import OutputCapture
@@ -43,7 +44,9 @@ MAX_OUTPUT_FRAME = 16 << 20  # the daemon sends at most one 1 MiB read per frame
 
 _HEAD = re.compile(rb"\A([oxe]) (0|[1-9][0-9]{0,9})\n")
 Chunk = Union[bytes, bytearray, memoryview]
-Sink = Callable[[List[Chunk]], None]  # one frame as buffers, sent before the call returns
+HOLD_S = 0.002  # output frames wait this long for more output or the final frame
+HOLD_BYTES = 64 << 10  # ... or until this much is held
+SMALL_WRITE = 16 << 10  # a socket write up to this size is one joined buffer
 
 
 class StreamError(Exception):
@@ -83,7 +86,8 @@ class StreamDecoder:
         self.finished = False
 
     def feed(self, data: Chunk) -> List[Event]:
-        data = bytes(data)
+        if type(data) is not bytes:
+            data = bytes(data)
         if self._head:
             data, self._head = self._head + data, b""
         events = []  # type: List[Event]
@@ -143,14 +147,26 @@ def decode(chunks: Iterator[bytes]) -> Iterator[Event]:
 class StreamCapture:
     """What ``Shell`` feeds output to in stream mode: the first ``cap`` bytes go to
     ``sink`` as ``o`` frames as they are read, the rest is only counted. Reads the same
-    as ``frames.OutputCapture`` for the final answer (``text`` is empty: it was sent)."""
+    as ``frames.OutputCapture`` for the final answer (``text`` is empty: it was sent).
 
-    def __init__(self, cap: int, sink: "Sink", scrub: Callable[[Chunk], Chunk]):
+    Frames are held for at most ``HOLD_S`` (or ``HOLD_BYTES``) before they are written, so
+    a short command's output leaves in the same socket write (and client read) as its
+    final frame instead of one write and wake-up each; a longer one still streams."""
+
+    def __init__(
+        self,
+        cap: int,
+        sink: "Sink",
+        scrub: Callable[[Chunk], Chunk],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cap = cap
         self.sink = sink
         self.scrub = scrub
+        self.clock = clock
         self.total = 0
         self.sent = 0
+        self.due = None  # type: Optional[float]  # when the held frames must go out
 
     def feed(self, chunk: Chunk) -> None:
         n = len(chunk)
@@ -160,7 +176,16 @@ class StreamCapture:
             return
         part = chunk[:room] if n > room else chunk
         self.sent += len(part)
-        self.sink([b"%s %d\n" % (OUTPUT.encode(), len(part)), self.scrub(part)])
+        self.sink.send([b"%s %d\n" % (OUTPUT.encode(), len(part)), self.scrub(part)])
+        if self.sink.held >= HOLD_BYTES:
+            self.flush()
+        elif self.due is None:
+            self.due = self.clock() + HOLD_S
+
+    def flush(self) -> None:
+        """Send the held frames (``Shell`` calls it once ``due`` has passed)."""
+        self.due = None
+        self.sink.flush()
 
     @property
     def dropped(self) -> int:
@@ -170,9 +195,11 @@ class StreamCapture:
         return ""
 
 
-def capture_for(cap: int, sink: "Optional[Sink]", scrub: Callable[[Chunk], Chunk]) -> Any:
+def capture_for(
+    cap: int, sink: "Optional[Sink]", scrub: Callable[[Chunk], Chunk], clock: Callable[[], float]
+) -> Any:
     """The capture for one command: streamed when a sink is given, else head + tail."""
-    return OutputCapture(cap) if sink is None else StreamCapture(cap, sink, scrub)
+    return OutputCapture(cap) if sink is None else StreamCapture(cap, sink, scrub, clock)
 
 
 class Streamed(NamedTuple):
@@ -184,7 +211,11 @@ class Streamed(NamedTuple):
 
 def send_all(sock: Any, parts: List[Chunk]) -> None:
     """``sendall`` of several buffers in one ``sendmsg`` where the kernel takes them all
-    (no joined copy of a 1 MiB output chunk)."""
+    (no joined copy of a 1 MiB output chunk); a small answer is joined (one copy is
+    cheaper than a view per buffer)."""
+    if sum(len(p) for p in parts) <= SMALL_WRITE:
+        sock.sendall(b"".join(parts))
+        return
     views = [memoryview(p).cast("B") for p in parts if len(p)]
     while views:
         sent = sock.sendmsg(views)
@@ -197,8 +228,10 @@ def send_all(sock: Any, parts: List[Chunk]) -> None:
 
 class ChunkedAnswer:
     """A ``200`` chunked answer written through ``write`` (``send_all`` on the connection's
-    socket); the head goes out with the first frame, so a refusal before it is still plain
-    JSON."""
+    socket); the head goes out with the first write, so a refusal before any frame is
+    still plain JSON. Frames ``send`` gives are held until ``flush`` or ``finish``, which
+    write all held frames as one HTTP chunk in one socket write (``finish`` with the final
+    frame and the chunked terminator)."""
 
     def __init__(
         self,
@@ -209,7 +242,10 @@ class ChunkedAnswer:
         self._write = write
         self._close = close_connection
         self._headers = headers
-        self.started = False
+        self._head_sent = False
+        self._held = []  # type: List[Chunk]
+        self.held = 0  # bytes in _held
+        self.started = False  # a frame was given: an error now ends the stream as an ``e``
         self.broken = False  # the client went away: the command still runs to its end
         self.sent_bytes = 0
 
@@ -224,15 +260,27 @@ class ChunkedAnswer:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
-    def send(self, frame_parts: List[Chunk], last: bool = False) -> None:
-        """One frame (given as buffers) as one HTTP chunk, in one socket write. A failed
-        write drops this and every later frame instead of raising into the shell's drain
-        loop: the command finishes as it would for a client that hung up on a plain call."""
-        size = sum(len(p) for p in frame_parts)
-        parts = [b"%x\r\n" % size] + frame_parts + [b"\r\n0\r\n\r\n" if last else b"\r\n"]
-        if not self.started:
+    def send(self, frame_parts: List[Chunk]) -> None:
+        """One frame, given as buffers, held for the next write."""
+        self.started = True
+        self._held += frame_parts
+        self.held += sum(len(p) for p in frame_parts)
+
+    def flush(self, last: bool = False) -> None:
+        """Write the held frames as one HTTP chunk (``last``: then the terminator) in one
+        socket write. A failed write drops this and every later frame instead of raising
+        into the shell's drain loop: the command finishes as it would for a client that
+        hung up on a plain call."""
+        parts, size = self._held, self.held
+        self._held, self.held = [], 0
+        if not size and not last:
+            return
+        parts = ([b"%x\r\n" % size] + parts + [b"\r\n"]) if size else []
+        if last:
+            parts.append(b"0\r\n\r\n")
+        if not self._head_sent:
             parts.insert(0, self._head())
-            self.started = True
+            self._head_sent = True
         self.sent_bytes += size
         if self.broken:
             return
@@ -242,7 +290,11 @@ class ChunkedAnswer:
             self.broken = True
 
     def finish(self, last_frame: bytes) -> None:
-        self.send([last_frame], last=True)
+        self.send([last_frame])
+        self.flush(last=True)
+
+
+Sink = ChunkedAnswer  # what a streamed command's output frames go to
 
 
 def respond(
@@ -256,7 +308,7 @@ def respond(
     frame. A ``ticket`` (Idempotency-Key) records the last frame before it is sent."""
     out = ChunkedAnswer(lambda parts: send_all(sock, parts), close_connection)
     try:
-        answer = streamed.run(out.send)
+        answer = streamed.run(out)
     except ApiError as e:
         if not out.started:
             raise

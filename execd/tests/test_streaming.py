@@ -164,3 +164,47 @@ def test_a_streamed_command_that_times_out_ends_with_a_timed_out_final_frame(
     assert (final["exit_code"], final["timed_out"], final["error_code"]) == (124, True, "timeout")
     assert final["shell_restarted"] is False
     conn.close()
+
+
+def _chunks(writes: List[bytes]) -> List[bytes]:
+    """The HTTP chunks' payloads in ``writes`` (the head stripped)."""
+    body = b"".join(writes).split(b"\r\n\r\n", 1)[1]
+    out = []
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        if not int(size, 16):
+            return out
+        out.append(body[: int(size, 16)])
+        body = body[int(size, 16) + 2 :]
+
+
+def test_held_output_frames_leave_with_the_final_frame_in_one_write() -> None:
+    """A short command's output and its final frame: one socket write, one HTTP chunk
+    (one client wake-up instead of two; bench/execd_latency.py ``echo_hi_streamed``)."""
+    writes = []  # type: List[bytes]
+    now = [100.0]
+    out = streaming.ChunkedAnswer(lambda parts: writes.append(b"".join(parts)), False)
+    capture = streaming.StreamCapture(1 << 20, out, bytes, lambda: now[0])
+    capture.feed(b"hi\n")
+    assert writes == [] and capture.due == 100.0 + streaming.HOLD_S
+    out.finish(streaming.final_frame({"exit_code": 0}))
+    assert len(writes) == 1 and writes[0].endswith(b"\r\n0\r\n\r\n")
+    assert _chunks(writes) == [b'o 3\nhi\nx 16\n{"exit_code": 0}']
+
+
+def test_held_output_frames_go_out_once_due_or_once_large() -> None:
+    writes = []  # type: List[bytes]
+    now = [100.0]
+    out = streaming.ChunkedAnswer(lambda parts: writes.append(b"".join(parts)), False)
+    capture = streaming.StreamCapture(1 << 20, out, bytes, lambda: now[0])
+    capture.feed(b"a")
+    capture.feed(b"b")  # held with the first: still due at the first one's time
+    assert writes == [] and capture.due == 100.0 + streaming.HOLD_S
+    now[0] = capture.due
+    capture.flush()  # what Shell does once the select timed out at ``due``
+    assert _chunks(writes + [b"0\r\n\r\n"]) == [b"o 1\nao 1\nb"] and capture.due is None
+    capture.feed(b"z" * streaming.HOLD_BYTES)  # a big read is written at once
+    assert len(writes) == 2 and capture.due is None
+    assert _chunks(writes + [b"0\r\n\r\n"])[1] == b"o %d\n" % streaming.HOLD_BYTES + b"z" * (
+        streaming.HOLD_BYTES
+    )
