@@ -69,6 +69,7 @@ class AcquireRequest:
     timeout_s: float | None
     user_id: int | None = None
     never_used: bool = False  # no checked-reuse pod (a shadow grading's sandbox)
+    idempotency_key: str = ""  # the REST call's key: kept on the acquisition row
 
     @classmethod
     def build(cls, **kwargs: Any) -> AcquireRequest:
@@ -161,6 +162,7 @@ class Acquirer:
             "image": req.image,
             "key_hash": key.hash,
             "started_at": started_at,
+            "idempotency_key": req.idempotency_key,
         }
         opened = self._tasks.spawn(
             self._batcher.open_acquisition(record), name=f"open-acquisition-{req.job_id}"
@@ -297,6 +299,7 @@ class Acquirer:
                 rt,
             )
         ticket = admission.ticket
+        ticket.acquisition_id = opened.result()  # linked to the sandbox by the hand-out
         waiter: asyncio.Future[CreateOutcome] = asyncio.get_running_loop().create_future()
         rt.waiters[ticket.ticket_id] = waiter
         self._tasks.spawn(

@@ -228,6 +228,7 @@ class CreateRunner:
             source=SandboxSource.CREATED.value,
             role=ticket.role,
             now=self._state.now(),
+            acquisition_id=ticket.acquisition_id,
         )
         await self._batcher.move(move, urgent=True)
         rt.pool.hand_out(row.pk, ticket.key)
