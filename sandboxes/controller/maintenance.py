@@ -22,7 +22,7 @@ from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
 from sandboxes.services import sandbox_mark_lost
-from sandboxes.services.recovery import sandboxes_reclaim_unclaimed
+from sandboxes.services.recovery import sandboxes_reclaim_unclaimed, sandboxes_unclaimed
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ class MaintenanceRunner:
         self._drainer = drainer
         self._reconciler = reconciler
         self._unclaimed_grace_s = unclaimed_grace_s
+        # Unclaimed hand-outs appear only at a controller's start (reconcile ends the rows
+        # a dead one left): looked for until a round finds none left, then never again.
+        self._unclaimed_left = True
 
     async def run(self) -> dict[str, int]:
         """Idle trim, lifetime reclaim, delete retries, warm fill, drained check; counts."""
@@ -121,6 +124,8 @@ class MaintenanceRunner:
     async def _reclaim_unclaimed(self) -> int:
         """Take back sandboxes handed to acquires a restart cut, unclaimed past the grace
         (services/recovery.py decides under each sandbox's lock)."""
+        if not self._unclaimed_left:
+            return 0
         taken = await self._tasks.db(
             sandboxes_reclaim_unclaimed,
             backend=self._state.backend,
@@ -136,6 +141,8 @@ class MaintenanceRunner:
                 sends.append(self._tasks.spawn(self._deleter.destroy(order), rt))
         if sends:
             await asyncio.wait(sends)
+        left = await self._tasks.db(sandboxes_unclaimed, backend=self._state.backend)
+        self._unclaimed_left = bool(left)
         return len(taken)
 
     async def _reclaim_expired(self) -> int:
