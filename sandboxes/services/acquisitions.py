@@ -9,6 +9,9 @@ or a create), so an acquire that was in flight when the service died is on recor
 next controller ends every such row ``failed`` with the reason ``service_restarted``
 (:func:`acquisitions_close_unanswered`). A finish given the open row's ``acquisition_id``
 updates it (only while it is still ``pending``); without one it inserts a finished row.
+A hand-out names its sandbox on the still-``pending`` row in its own transaction
+(:func:`acquisition_link_sandboxes`), and ending a row never clears that link: what a
+restart cut stays known (``recovery.py``).
 """
 
 from __future__ import annotations
