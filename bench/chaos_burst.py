@@ -9,7 +9,11 @@ and the CI configuration in the same run as the baseline. Each variant runs the 
 under ``scripts/with_postgres.py`` (a real PostgreSQL), and the test itself asserts the
 outcome (no ownerless pod, every row matching the store, every in-flight create's row
 ended ``deleted``, no pending delete left, every acquisition in flight at the kill ended
-``failed`` with the reason ``service_restarted``) and writes what it measured.
+``failed`` with the reason ``service_restarted``; from a quarter answered on, acquisition
+finishes are held so the kill cuts hand-outs whose answer never left: half of those are
+retried with their ``Idempotency-Key`` and must get THAT sandbox, the rest are taken back
+once the grace is over, and no sandbox is left in use without an ``ok`` acquisition) and
+writes what it measured.
 
 Results: ``bench/results/chaos_burst.json`` (both variants, the machine, the load
 average before and after each). Usage: ``python bench/chaos_burst.py [--burst 500]``.

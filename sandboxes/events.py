@@ -32,6 +32,8 @@ DELETE_SENT = "delete_sent"
 DELETE_FAILED = "delete_failed"
 DELETED = "deleted"
 ADOPTED = "adopted"  # found at start-up and known to the database
+# in use, handed to an acquire a restart cut, claimed by no retry within the grace
+UNCLAIMED = "unclaimed_after_restart"
 POD_CAP = "pod_cap"
 ACQUIRE_TIMEOUT = "acquire_timeout"
 # Added by the pool/controller (never rename):

@@ -185,9 +185,17 @@ class Acquisition(models.Model):
     create_ms = models.FloatField(null=True, blank=True)
     wait_ms = models.FloatField(null=True, blank=True)
     detail = models.TextField(blank=True, default="")
+    # The REST call's Idempotency-Key (empty without one): a retry after a restart finds the
+    # sandbox this acquire was handed (sandboxes.services.recovery).
+    idempotency_key = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         indexes = [
+            models.Index(
+                fields=["job", "idempotency_key"],
+                name="acq_job_idem_key",
+                condition=models.Q(idempotency_key__gt=""),
+            ),
             models.Index(fields=["job", "started_at"]),
             models.Index(fields=["outcome", "started_at"]),
             models.Index(fields=["started_at"]),

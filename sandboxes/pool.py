@@ -85,6 +85,7 @@ class CreateTicket:
     admitted_at: float
     sandbox_id: int | None = None
     abandoned: bool = False  # the acquire that wanted it gave up (timeout, cancel)
+    acquisition_id: int | None = None  # the waiting acquire's open row, linked at hand-out
 
 
 class Settle(enum.StrEnum):

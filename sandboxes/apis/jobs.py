@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import models
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -33,8 +34,10 @@ from sandboxes.apis.common import (
     controller,
     prewarm_key,
 )
+from sandboxes.controller.runtime import AcquireResult
 from sandboxes.models import Job
 from sandboxes.services.jobs import job_delete
+from sandboxes.services.recovery import Recovered, acquisition_recover
 from sandboxes.states import Egress, Role, SandboxSource
 from sandman_site.errors import AcquireTimeout, JobNotDrained
 from sandman_site.openapi import error_responses
@@ -336,8 +339,20 @@ class JobAcquireApi(AsyncJsonApiView):
         )
 
         async def acquire() -> dict[str, Any]:
+            if key is not None:
+                # An earlier call with this key may hold a sandbox whose answer a restart cut
+                # (sandboxes.services.recovery): that one, never a second.
+                recovered = await sync_to_async(acquisition_recover)(
+                    job_id=job_id, key=key, now=timezone.now()
+                )
+                if recovered is not None:
+                    access.remember_sandbox(sandbox_id=recovered.sandbox_id, job_id=job_id)
+                    return _recovered_answer(recovered)
             result = await controller().aacquire(
-                job_id=job_id, user_id=request.user.pk, **data.validated_data
+                job_id=job_id,
+                user_id=request.user.pk,
+                idempotency_key=key or "",
+                **data.validated_data,
             )
             access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
             return dict(JobAcquireApi.OutputSerializer(result).data)
@@ -352,6 +367,22 @@ class JobAcquireApi(AsyncJsonApiView):
             sandbox_of=lambda a: int(a["sandbox_id"]),
         )
         return Response(answer)
+
+
+def _recovered_answer(recovered: Recovered) -> dict[str, Any]:
+    return dict(
+        JobAcquireApi.OutputSerializer(
+            AcquireResult(
+                sandbox_id=recovered.sandbox_id,
+                name=recovered.name,
+                address=recovered.address,
+                token=recovered.token,
+                source=recovered.source,
+                wait_ms=0.0,
+                queue_ms=0.0,
+            )
+        ).data
+    )
 
 
 class PrewarmKeySerializer(StrictSerializer):

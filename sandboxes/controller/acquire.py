@@ -10,7 +10,9 @@ Ordering rules a reader must not break (paper §4.4, Table 2 row 1, Appendix F):
   and committed before the acquire hands anything out or admits a create; a warm pod's
   health check runs meanwhile. Every finish updates that row, so an acquire in flight when
   the service dies is on record and the next controller ends it ``failed`` with the reason
-  ``service_restarted`` (``reconcile.py``).
+  ``service_restarted`` (``reconcile.py``). The row keeps the REST call's
+  ``Idempotency-Key`` and the ticket carries its id, so the hand-out names the sandbox on
+  it: a retry after a restart gets that sandbox (``services/recovery.py``).
 * The wait for a create runs on the controller's injected ``sleep``: with the real
   ``asyncio.sleep`` it is ``asyncio.wait_for``; with a fake clock a test expires an acquire
   timeout by advancing the clock once the window it wants is held by a gate (Table A21,
@@ -69,6 +71,7 @@ class AcquireRequest:
     timeout_s: float | None
     user_id: int | None = None
     never_used: bool = False  # no checked-reuse pod (a shadow grading's sandbox)
+    idempotency_key: str = ""  # the REST call's key: kept on the acquisition row
 
     @classmethod
     def build(cls, **kwargs: Any) -> AcquireRequest:
@@ -161,6 +164,7 @@ class Acquirer:
             "image": req.image,
             "key_hash": key.hash,
             "started_at": started_at,
+            "idempotency_key": req.idempotency_key,
         }
         opened = self._tasks.spawn(
             self._batcher.open_acquisition(record), name=f"open-acquisition-{req.job_id}"
@@ -297,6 +301,7 @@ class Acquirer:
                 rt,
             )
         ticket = admission.ticket
+        ticket.acquisition_id = opened.result()  # linked to the sandbox by the hand-out
         waiter: asyncio.Future[CreateOutcome] = asyncio.get_running_loop().create_future()
         rt.waiters[ticket.ticket_id] = waiter
         self._tasks.spawn(

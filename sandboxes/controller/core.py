@@ -70,6 +70,7 @@ class Controller:
         address_source: SubnetSource | None = None,
         address_floor: int | None = None,
         address_poll_s: float | None = None,
+        unclaimed_grace_s: float | None = None,
     ) -> None:
         self._provider = provider
         self._provider_factory = provider_factory or get_provider
@@ -91,6 +92,11 @@ class Controller:
             execd_timeout_s=execd_timeout_s,
             yield_to_acquires_s=yield_to_acquires_s,
             write_batch_max=write_batch_max,
+            unclaimed_grace_s=(
+                settings.SANDMAN_UNCLAIMED_GRACE_S
+                if unclaimed_grace_s is None
+                else unclaimed_grace_s
+            ),
         )
         # Free pod addresses per subnet and the floor under which creates stop (addresses.py).
         self.address_source = address_source
@@ -235,8 +241,10 @@ class Controller:
         timeout_s: float | None,
         user_id: int | None = None,
         never_used: bool = False,
+        idempotency_key: str = "",
     ) -> AcquireResult:
         request = AcquireRequest.build(
+            idempotency_key=idempotency_key,
             job_id=job_id,
             image=image,
             base_commit=base_commit,

@@ -7,7 +7,9 @@ Ordering rules a reader must not break (paper §4.4, Table 2 row 1, Appendix F):
   the create is settled exactly once: handed out, kept warm, or deleted.
 * The hand-out write happens INSIDE the create task, then the ticket is checked once
   more: if the acquire gave up during that write, the pod carries the agent mark and is
-  deleted, never leaked and never made warm.
+  deleted, never leaked and never made warm. The write names the sandbox on the waiting
+  acquire's ``pending`` row (``ticket.acquisition_id``) in the same transaction, so a
+  restart before the row is finished knows what it was handed (services/recovery.py).
 * Any failure after the call was sent deletes whatever the backend may hold, except a
   name conflict (another workload's sandbox), which is never touched.
 """
@@ -228,6 +230,7 @@ class CreateRunner:
             source=SandboxSource.CREATED.value,
             role=ticket.role,
             now=self._state.now(),
+            acquisition_id=ticket.acquisition_id,
         )
         await self._batcher.move(move, urgent=True)
         rt.pool.hand_out(row.pk, ticket.key)

@@ -1,5 +1,6 @@
-"""Periodic work: reconcile until it succeeded, idle trim, lifetime reclaim, lost sandboxes,
-delete retries, warm refill and drains carried on.
+"""Periodic work: reconcile until it succeeded, idle trim, lifetime reclaim, hand-outs a
+restart cut and nobody claimed, lost sandboxes, delete retries, warm refill and drains
+carried on.
 
 Every step is idempotent and returns counts. A step never decides alone what another
 collaborator owns: deletes go through the ``Deleter``, warm builds through the
@@ -21,6 +22,7 @@ from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
 from sandboxes.services import sandbox_mark_lost
+from sandboxes.services.recovery import sandboxes_reclaim_unclaimed, sandboxes_unclaimed
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ class MaintenanceRunner:
         creates: CreateRunner,
         drainer: Drainer,
         reconciler: Reconciler,
+        unclaimed_grace_s: float = 60.0,
     ) -> None:
         self._state = state
         self._tasks = tasks
@@ -45,6 +48,10 @@ class MaintenanceRunner:
         self._creates = creates
         self._drainer = drainer
         self._reconciler = reconciler
+        self._unclaimed_grace_s = unclaimed_grace_s
+        # Unclaimed hand-outs appear only at a controller's start (reconcile ends the rows
+        # a dead one left): looked for until a round finds none left, then never again.
+        self._unclaimed_left = True
 
     async def run(self) -> dict[str, int]:
         """Idle trim, lifetime reclaim, delete retries, warm fill, drained check; counts."""
@@ -54,6 +61,7 @@ class MaintenanceRunner:
         counts = {
             "trimmed": await self._trim_idle(),
             "reclaimed": await self._reclaim_expired(),
+            "unclaimed": await self._reclaim_unclaimed(),
             "lost": await self._fail_lost(),
             "deletes_retried": await self._deleter.retry_due(),
             "warm_started": sum(self._creates.fill(rt) for rt in self._runtimes.all()),
@@ -112,6 +120,30 @@ class MaintenanceRunner:
         if deletes:
             await asyncio.wait(deletes)
         return len(deletes)
+
+    async def _reclaim_unclaimed(self) -> int:
+        """Take back sandboxes handed to acquires a restart cut, unclaimed past the grace
+        (services/recovery.py decides under each sandbox's lock)."""
+        if not self._unclaimed_left:
+            return 0
+        taken = await self._tasks.db(
+            sandboxes_reclaim_unclaimed,
+            backend=self._state.backend,
+            now=self._state.now(),
+            grace_s=self._unclaimed_grace_s,
+        )
+        sends = []
+        for job_id, sandbox_id, order in taken:
+            log.warning("taking back sandbox %s: unclaimed after a restart", sandbox_id)
+            rt = await self._runtimes.get(job_id)
+            rt.pool.forget(sandbox_id)
+            if order is not None:
+                sends.append(self._tasks.spawn(self._deleter.destroy(order), rt))
+        if sends:
+            await asyncio.wait(sends)
+        left = await self._tasks.db(sandboxes_unclaimed, backend=self._state.backend)
+        self._unclaimed_left = bool(left)
+        return len(taken)
 
     async def _reclaim_expired(self) -> int:
         """Take back in-use sandboxes held past their job's ``max_lifetime_s``."""

@@ -44,6 +44,8 @@ class Tuning:
     execd_timeout_s: float = 120.0
     yield_to_acquires_s: float = 0.5
     write_batch_max: int = 500  # writes per batch (batcher.py); 1 = one write per transaction
+    # A hand-out a restart cut waits this long for its retry (services/recovery.py).
+    unclaimed_grace_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Parts:
         releaser = Releaser(state, tasks, runtimes, deleter, creates, reuse)
         reconciler = Reconciler(state, tasks, runtimes, deleter)
         maintenance = MaintenanceRunner(
-            state, tasks, runtimes, deleter, creates, drainer, reconciler
+            state, tasks, runtimes, deleter, creates, drainer, reconciler, tuning.unclaimed_grace_s
         )
         return cls(
             state=state,

@@ -14,7 +14,10 @@ Rules (paper §4.4, "what survives a restart"):
   already gone are confirmed.
 * Acquisitions still ``pending`` from before this controller started were in flight when
   the earlier process died: each ends ``failed`` with the reason ``service_restarted``
-  (before the backend is listed, so the trainer's view is true first).
+  (before the backend is listed, so the trainer's view is true first). One that was
+  already handed its sandbox still names it; that sandbox is adopted in use *unclaimed*,
+  for the keyed retry or a renew, else taken back after the grace (maintenance.py,
+  services/recovery.py).
 """
 
 from __future__ import annotations

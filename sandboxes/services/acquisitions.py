@@ -9,6 +9,9 @@ or a create), so an acquire that was in flight when the service died is on recor
 next controller ends every such row ``failed`` with the reason ``service_restarted``
 (:func:`acquisitions_close_unanswered`). A finish given the open row's ``acquisition_id``
 updates it (only while it is still ``pending``); without one it inserts a finished row.
+A hand-out names its sandbox on the still-``pending`` row in its own transaction
+(:func:`acquisition_link_sandboxes`), and ending a row never clears that link: what a
+restart cut stays known (``recovery.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ def acquisition_start(
     key_hash: str,
     now: dt.datetime,
     user_id: int | None = None,
+    idempotency_key: str = "",
 ) -> Acquisition:
     return Acquisition.objects.create(
         job_id=job_id,
@@ -55,6 +59,7 @@ def acquisition_start(
         key_hash=key_hash,
         outcome=AcquisitionOutcome.PENDING,
         started_at=now,
+        idempotency_key=idempotency_key,
     )
 
 
@@ -75,11 +80,13 @@ def acquisition_record(
     wait_ms: float | None = None,
     detail: str = "",
     acquisition_id: int | None = None,
+    idempotency_key: str = "",
 ) -> Acquisition:
     """Write one finished acquisition: its open row updated, or a single insert."""
     with transaction.atomic():
         return acquisition_insert(
             acquisition_id=acquisition_id,
+            idempotency_key=idempotency_key,
             job_id=job_id,
             role=role,
             image=image,
@@ -114,6 +121,7 @@ def acquisition_insert(
     wait_ms: float | None = None,
     detail: str = "",
     acquisition_id: int | None = None,
+    idempotency_key: str = "",
 ) -> Acquisition:
     """:func:`acquisition_record` inside the caller's open transaction (no savepoint)."""
     if outcome not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
@@ -134,6 +142,7 @@ def acquisition_insert(
         create_ms=create_ms,
         wait_ms=wait_ms,
         detail=detail[:2000],
+        idempotency_key=idempotency_key,
     )
     if acquisition_id is None:
         acq.save(force_insert=True)
@@ -145,7 +154,8 @@ def acquisition_insert(
 
 def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisition]:
     """Open many ``pending`` rows with one INSERT (``job_id``, ``user_id``, ``role``,
-    ``image``, ``key_hash``, ``started_at`` each); the rows come back with their ids."""
+    ``image``, ``key_hash``, ``started_at``, optionally ``idempotency_key``); the rows come
+    back with their ids."""
     rows = [
         Acquisition(
             job_id=r["job_id"],
@@ -155,6 +165,7 @@ def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisit
             key_hash=r["key_hash"],
             outcome=AcquisitionOutcome.PENDING,
             started_at=r["started_at"],
+            idempotency_key=r.get("idempotency_key", ""),
         )
         for r in records
     ]
@@ -190,6 +201,23 @@ def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+def acquisition_link_sandboxes(links: Sequence[tuple[int, int]]) -> None:
+    """Name the sandbox of each ``(acquisition id, sandbox id)`` on its still-``pending``
+    row: ONE ``UPDATE`` sent with ``executemany``, in the caller's transaction (the
+    hand-out's). A row already ended (by a later controller) is left as it is."""
+    if not links:
+        return
+    meta = Acquisition._meta
+    qn = connection.ops.quote_name
+    sql = (
+        f"UPDATE {qn(meta.db_table)} SET {qn(_concrete('sandbox').column)} = %s "
+        f"WHERE {qn(meta.pk.column)} = %s AND {qn('outcome')} = %s"
+    )
+    pending = AcquisitionOutcome.PENDING.value
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [[sid, aid, pending] for aid, sid in links])
 
 
 def acquisitions_close_unanswered(

@@ -36,7 +36,11 @@ from execd.tokens import derive_token
 from sandboxes import events
 from sandboxes.models import Acquisition, Job, Sandbox, SandboxEvent
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.services.acquisitions import acquisition_finish_open, acquisition_published
+from sandboxes.services.acquisitions import (
+    acquisition_finish_open,
+    acquisition_link_sandboxes,
+    acquisition_published,
+)
 from sandboxes.services.moves import SandboxMove, plan_move
 from sandboxes.services.sandboxes import new_sandbox_name, payload
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome, SandboxState
@@ -238,6 +242,7 @@ def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove])
     changed: dict[int, set[str]] = {}
     recorded: list[tuple[int, str, dt.datetime, dict[str, Any]]] = []
     messages: list[dict[str, Any]] = []
+    links: list[tuple[int, int]] = []
     out: list[Outcome] = []
     for move in moves:
         row = locked.get(move.sandbox_id)
@@ -256,8 +261,11 @@ def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove])
         if move.to is not None and move.publish:
             # Taken now: a later move of the same row in this batch changes it again.
             messages.append(payload(row, previous=planned.previous, at=move.now))
+        if move.acquisition_id is not None:
+            links.append((move.acquisition_id, row.pk))
         out.append(row)
     _save_many([(row, frozenset(changed[pk])) for pk, row in dirty.items()])
+    acquisition_link_sandboxes(links)
     insert_events(recorded)
     for message in messages:
         publish_on_commit("sandbox.state", message)
@@ -361,6 +369,7 @@ def acquisition_record_many(
                 create_ms=r.get("create_ms"),
                 wait_ms=r.get("wait_ms"),
                 detail=str(r.get("detail", ""))[:2000],
+                idempotency_key=r.get("idempotency_key", ""),
             )
             rows.append(row)
             out.append(row)

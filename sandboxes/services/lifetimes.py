@@ -3,7 +3,8 @@ reclaimed at its job's ``max_lifetime_s``.
 
 Invariant: a renew only ever moves the reclaim deadline later (to ``now + ttl_s`` when
 that is later than the current one), only for an in-use sandbox, and records one
-``renewed`` event; the reclaim (``controller.queries.expired_in_use``) adds the
+``renewed`` event; a renew claims a hand-out a restart cut (services/recovery.py); the
+reclaim (``controller.queries.expired_in_use``) adds the
 sandbox's ``lifetime_extra_s`` to its job's lifetime.
 """
 
@@ -14,6 +15,7 @@ import datetime as dt
 from django.db import transaction
 
 from sandboxes.models import Sandbox, SandboxEvent
+from sandboxes.services.recovery import sandbox_claim_unclaimed_locked
 from sandboxes.states import SandboxState
 from sandman_site.errors import InvalidTransition, NotFound
 
@@ -46,6 +48,8 @@ def sandbox_renew(*, sandbox_id: int, ttl_s: float, now: dt.datetime) -> dt.date
                 f"sandbox {sandbox.name} is {sandbox.state}, not in use: nothing to renew",
                 {"state": sandbox.state, "failure_reason": sandbox.failure_reason},
             )
+        # A renew proves its trainer holds the sandbox: a hand-out a restart cut is its.
+        sandbox_claim_unclaimed_locked(sandbox, now=now)
         wanted = now + dt.timedelta(seconds=ttl_s)
         if wanted > expires:
             sandbox.lifetime_extra_s += (wanted - expires).total_seconds()

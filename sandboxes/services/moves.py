@@ -58,6 +58,8 @@ class SandboxMove:
     events: tuple[Event, ...] = ()
     reason: str = ""
     publish: bool = True  # a sandbox.state message after commit (state changes only)
+    # A hand-out's open acquisition row: it names the sandbox in the same transaction.
+    acquisition_id: int | None = None
 
 
 @dataclass
@@ -168,8 +170,13 @@ def hand_out_move(
     role: str,
     now: dt.datetime,
     healthy_at: dt.datetime | None = None,
+    acquisition_id: int | None = None,
 ) -> SandboxMove:
-    """Ready → in use: the agent has it now; it is never warm again."""
+    """Ready → in use: the agent has it now; it is never warm again.
+
+    ``acquisition_id`` (the waiting acquire's ``pending`` row) is linked to the sandbox in
+    the transaction that commits the hand-out: a restart that ends the row
+    ``service_restarted`` still knows which sandbox it was given (services/recovery.py)."""
     fields: dict[str, Any] = {"source": source, "role": role, "agent_used": True}
     extra: list[Event] = []
     if healthy_at is not None:
@@ -182,4 +189,5 @@ def hand_out_move(
         to=SandboxState.IN_USE,
         fields=fields,
         events=tuple(extra),
+        acquisition_id=acquisition_id,
     )

@@ -216,6 +216,9 @@ SANDMAN_POD_NAMESPACE = env_str("SANDMAN_POD_NAMESPACE", "")
 # reverse proxy serves STATIC_ROOT.
 SANDMAN_SERVE_STATIC = env_bool("SANDMAN_SERVE_STATIC", True)
 SANDMAN_SWEEP_INTERVAL_S = env_float("SANDMAN_SWEEP_INTERVAL_S", 30.0)
+# How long a sandbox handed to an acquire that a restart cut waits for the retry with the
+# same Idempotency-Key (or a renew) before it is taken back (sandboxes/services/recovery.py).
+SANDMAN_UNCLAIMED_GRACE_S = env_float("SANDMAN_UNCLAIMED_GRACE_S", 60.0)
 # Local backend isolation: "auto" uses bubblewrap where it works, "off" never, "require" fails.
 SANDMAN_LOCAL_ISOLATION = env_str("SANDMAN_LOCAL_ISOLATION", "auto")
 SANDMAN_EXECD_PYTHON = env_str("SANDMAN_EXECD_PYTHON", "python3")

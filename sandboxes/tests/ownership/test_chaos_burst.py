@@ -14,7 +14,11 @@ controller over the same database and stand-in must leave:
 * the killed deletes resumed: no ``PendingDelete`` row is left and their pods are gone;
 * every acquisition in flight at the kill (its row opened ``pending`` before the acquire
   changed anything) ended ``failed`` with the reason ``service_restarted``, every answered
-  one has its ``ok`` row, and no row is left ``pending``.
+  one has its ``ok`` row, and no row is left ``pending``;
+* every sandbox handed to an acquire the kill cut (named on its row by the hand-out's own
+  transaction) is adopted unclaimed; a retry with the acquire's ``Idempotency-Key`` gets
+  THAT sandbox (half are retried), the rest are taken back once the grace is over, and
+  after that no sandbox is in use without an ``ok`` acquisition naming it.
 
 ``BURST`` is scaled down for CI; ``bench/chaos_burst.py`` runs the 500-acquire version.
 """
@@ -28,9 +32,14 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
 
-from sandboxes.models import Acquisition, PendingDelete, Sandbox, SandboxEvent
+from sandboxes.controller import Controller
+from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
 from sandboxes.services.acquisitions import SERVICE_RESTARTED
+from sandboxes.services.recovery import acquisition_recover, sandboxes_unclaimed
 from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandboxes.tests.controller_support import acquire_args, make_job
 from sandboxes.tests.ownership.test_restart import Env
@@ -51,7 +60,8 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
     job = make_job(egress="deny", rate_per_s=1000.0, burst=burst, max_live=burst + 8)
     first = env.process()
     calls: list[Future[dict[str, Any]]] = [
-        first.call("acquire", args=acquire_args(job, timeout_s=120.0)) for _ in range(burst)
+        first.call("acquire", args=acquire_args(job, timeout_s=120.0, idempotency_key=f"c-{i}"))
+        for i in range(burst)
     ]
 
     def answered(n: int) -> list[dict[str, Any]] | None:
@@ -65,6 +75,20 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
         env.cluster.gates.add("delete_received", name=sandbox["name"])
         first.call("release", sandbox_id=sandbox["sandbox_id"])
     wait_until(lambda: answered(max(RELEASED, burst // 4)), what="a quarter answered")
+    # From here on a hand-out commits but its acquisition's finish waits, so the kill
+    # surely cuts hand-outs whose answer never left (two more keyed acquires make sure one
+    # more comes, even if the burst's are all done).
+    hold_finishes()
+    calls += [
+        first.call("acquire", args=acquire_args(job, idempotency_key=f"c-late-{i}"))
+        for i in range(2)
+    ]
+    wait_until(
+        lambda: Acquisition.objects.filter(
+            job=job, outcome=AcquisitionOutcome.PENDING, sandbox__isnull=False
+        ).exists(),
+        what="a hand-out whose finish is held",
+    )
     # the next create is stored and held, so the kill surely finds creates in flight (two
     # more acquires make sure one more create comes, even if the burst's are all done)
     held = env.cluster.gates.add("create_stored", name_prefix=f"sm-{job.pk}-")
@@ -79,6 +103,7 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
     )
     started = time.monotonic()
     first.kill()  # mid-burst: creates in flight, deletes held at the gate
+    release_finishes()  # the dead process's held finishes roll back: its client is gone
 
     in_flight = list(
         Sandbox.objects.filter(
@@ -95,8 +120,13 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
     env.cluster.gates.release_all()  # the cluster goes on; only the service died
 
     restarted = time.monotonic()
-    second = env.controller(sweep_interval_s=0.2, maintenance_interval_s=None)
+    # Grace 0: the test itself stands for the time that passes (the services' test holds
+    # the bounds); the maintenance round below is the first moment a reclaim may happen.
+    second = env.controller(
+        sweep_interval_s=0.2, maintenance_interval_s=None, unclaimed_grace_s=0.0
+    )
     reconciled = time.monotonic()
+    recovery = retry_half_then_reclaim(second, job)
     wait_until(lambda: PendingDelete.objects.count() == 0, what="the pending deletes resumed")
     settled = time.monotonic()
     env.cluster.run_until_idle(timeout=60)  # deleted pods' containers stop in their grace
@@ -122,10 +152,99 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
         "rows": rows,
         "ownerless": report.ownerless,
         "execd_running": env.cluster.execd.running() if RUN_EXECD else None,  # type: ignore[union-attr]
+        **recovery,
+        "in_use_without_ok_acquisition": in_use_without_ok_acquisition(job),
         "reconcile_s": round(reconciled - restarted, 3),
         "restart_to_settled_s": round(settled - restarted, 3),
         "kill_to_settled_s": round(settled - started, 3),
     }
+
+
+HOLD_LOCK = 4242
+
+
+def hold_finishes() -> None:
+    """Make every acquisition finish (``pending`` -> ``ok``) wait, from now until
+    :func:`release_finishes`: a trigger that takes a shared advisory lock this session
+    holds exclusively. The link a hand-out writes changes no outcome and goes through."""
+    table = Acquisition._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [HOLD_LOCK])
+        cursor.execute(
+            "CREATE OR REPLACE FUNCTION sandman_test_hold_finish() RETURNS trigger AS $$ "
+            f"BEGIN PERFORM pg_advisory_xact_lock_shared({HOLD_LOCK}); RETURN NEW; END; "
+            "$$ LANGUAGE plpgsql"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER sandman_test_hold_finish BEFORE UPDATE ON {table} FOR EACH ROW "
+            "WHEN (OLD.outcome = 'pending' AND NEW.outcome = 'ok') "
+            "EXECUTE FUNCTION sandman_test_hold_finish()"
+        )
+
+
+def release_finishes() -> None:
+    table = Acquisition._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock_all()")
+        cursor.execute(f"DROP TRIGGER IF EXISTS sandman_test_hold_finish ON {table}")
+        cursor.execute("DROP FUNCTION IF EXISTS sandman_test_hold_finish()")
+
+
+def retry_half_then_reclaim(controller: Controller, job: Job) -> dict[str, Any]:
+    """Hand-outs the kill cut: half retried with their key (each must get ITS sandbox),
+    the rest left to the grace and taken back by the next maintenance round."""
+    cut = list(
+        Acquisition.objects.filter(
+            job=job, detail__startswith=SERVICE_RESTARTED, sandbox__isnull=False
+        )
+        .order_by("pk")
+        .values_list("idempotency_key", "sandbox_id")
+    )
+    handed = sorted(sandbox_id for _, sandbox_id in cut)
+    unclaimed = sandboxes_unclaimed(backend=controller.provider.name)
+    sandboxes_before = Sandbox.objects.filter(job=job).count()
+    retried = cut[: len(cut) // 2 + len(cut) % 2]
+    got = []
+    for key, sandbox_id in retried:
+        assert key, "every burst acquire carried an Idempotency-Key"
+        recovered = acquisition_recover(job_id=job.pk, key=key, now=timezone.now())
+        got.append((recovered.sandbox_id if recovered else None, sandbox_id))
+    assert Sandbox.objects.filter(job=job).count() == sandboxes_before  # no second sandbox
+    counts = controller.run_maintenance()
+    return {
+        "handed_out_unanswered": handed,
+        "unclaimed_after_reconcile": unclaimed,
+        "retried": got,
+        "taken_back": counts["unclaimed"],
+    }
+
+
+def in_use_without_ok_acquisition(job: Job) -> list[int]:
+    ok = Acquisition.objects.filter(sandbox_id=OuterRef("pk"), outcome=AcquisitionOutcome.OK)
+    return sorted(
+        Sandbox.objects.filter(job=job, state=SandboxState.IN_USE)
+        .exclude(Exists(ok))
+        .values_list("pk", flat=True)
+    )
+
+
+def assert_cut_hand_outs_claimed_or_taken_back(seen: dict[str, Any], *, adopted: bool) -> None:
+    """A sandbox handed to an acquire the kill cut is the retry's, or taken back.
+
+    ``adopted``: the backend's sandboxes outlive the service (the stand-in's pods), so the
+    cut hand-outs are adopted in use; a local backend's die with it and are ended at start.
+    """
+    handed, retried = seen["handed_out_unanswered"], seen["retried"]
+    if adopted:
+        assert handed, "the kill cut no hand-out: nothing to recover"
+        assert seen["unclaimed_after_reconcile"] == handed
+        assert [got for got, _ in retried] == [wanted for _, wanted in retried]  # THAT one
+        assert seen["taken_back"] == len(handed) - len(retried)
+    else:
+        assert seen["unclaimed_after_reconcile"] == []
+        assert [got for got, _ in retried] == [None] * len(retried)  # gone: a retry runs anew
+        assert seen["taken_back"] == 0
+    assert seen["in_use_without_ok_acquisition"] == []
 
 
 @pytest.fixture
@@ -137,6 +256,7 @@ def env(transactional_db: None, monkeypatch: pytest.MonkeyPatch):
     try:
         yield e
     finally:
+        release_finishes()
         e.stop()
 
 
@@ -160,6 +280,7 @@ def test_a_service_killed_mid_burst_leaves_no_orphan_and_every_record_true(env: 
         assert running_pods == pods, (sorted(running), sorted(pods))
     assert PendingDelete.objects.count() == 0
     assert_in_flight_acquisitions_failed_with_a_reason(seen)
+    assert_cut_hand_outs_claimed_or_taken_back(seen, adopted=True)
     if RESULTS:
         _write_results(seen)
 
@@ -199,6 +320,12 @@ def _write_results(seen: dict[str, Any]) -> None:
         "acquisitions_failed_service_restarted": sum(
             1 for _, d in acquisitions.values() if d.startswith(SERVICE_RESTARTED)
         ),
+        "acquisitions_handed_out_unanswered_at_kill": len(seen["handed_out_unanswered"]),
+        "unclaimed_after_reconcile": len(seen["unclaimed_after_reconcile"]),
+        "retried_with_key": len(seen["retried"]),
+        "retried_with_key_got_their_sandbox": sum(1 for g, w in seen["retried"] if g == w),
+        "taken_back_unclaimed_after_grace": seen["taken_back"],
+        "in_use_without_ok_acquisition_after": len(seen["in_use_without_ok_acquisition"]),
         "rows_after": {s: sum(1 for v in rows.values() if v == s) for s in set(rows.values())},
         "pods_after": len(seen["pods"]),
         "ownerless_pods_after": len(seen["ownerless"]),

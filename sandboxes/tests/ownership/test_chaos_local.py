@@ -7,7 +7,9 @@ burst of acquires and SIGKILLs that process while some are still being created. 
 sandbox dies with the process that started it (``--die-with-parent``); a new controller
 over the same database and root must then leave no execd process running, no sandbox
 directory, and no row that is not ``deleted`` (each ended with a reason on record); every
-acquisition in flight at the kill ends ``failed`` with the reason ``service_restarted``.
+acquisition in flight at the kill ends ``failed`` with the reason ``service_restarted``; a
+sandbox handed to one of them died too, so a retry with its key finds nothing to answer
+(it runs anew) and no sandbox is in use without an ``ok`` acquisition.
 This test process is a child subreaper meanwhile, so the killed process's orphans are
 reaped here (PID 1 on our machines does not reap).
 """
@@ -31,6 +33,11 @@ from sandboxes.providers.local import LocalProvider, procs
 from sandboxes.services.acquisitions import SERVICE_RESTARTED
 from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandboxes.tests.controller_support import acquire_args, make_job
+from sandboxes.tests.ownership.test_chaos_burst import (
+    assert_cut_hand_outs_claimed_or_taken_back,
+    in_use_without_ok_acquisition,
+    retry_half_then_reclaim,
+)
 from sandboxes.tests.ownership.test_restart import ControllerProcess
 from standin.harness.support import wait_until
 
@@ -77,7 +84,10 @@ def test_a_local_service_killed_mid_burst_leaves_no_execd_and_every_record_true(
         first = ControllerProcess(types.SimpleNamespace(url="unused"))  # type: ignore[arg-type]
         try:
             first.wait_ready()
-            calls = [first.call("acquire", args=acquire_args(job)) for _ in range(BURST)]
+            calls = [
+                first.call("acquire", args=acquire_args(job, idempotency_key=f"c-{i}"))
+                for i in range(BURST)
+            ]
             wait_until(lambda: any(c.done() for c in calls), what="a first answered acquire")
         finally:
             first.kill()  # mid-burst: the rest are being created
@@ -115,6 +125,11 @@ def test_a_local_service_killed_mid_burst_leaves_no_execd_and_every_record_true(
             assert not Acquisition.objects.filter(outcome=AcquisitionOutcome.PENDING).exists()
             assert not any(procs.marked(m) for m in markers)  # no execd left running
             assert [p.name for p in local_root.iterdir() if not p.name.startswith(".")] == []
+            # a cut hand-out died with the service: its retry finds nothing to answer, and
+            # nothing is in use without an ok acquisition
+            seen = {"rows": rows, **retry_half_then_reclaim(second, job)}
+            seen["in_use_without_ok_acquisition"] = in_use_without_ok_acquisition(job)
+            assert_cut_hand_outs_claimed_or_taken_back(seen, adopted=False)
             again = second.acquire(**acquire_args(job))  # and the service works again
             assert again.source == "created"
             second.release(sandbox_id=again.sandbox_id)
