@@ -69,6 +69,32 @@ _SITE_DUMP = (
 )
 
 
+def _run(
+    shell: Shell,
+    req: ExecRequest,
+    timeout: float,
+    cwd: str,
+    hooks: Dict[str, Any],
+    cap: Optional[int],
+    sink: Any,
+) -> Body:
+    """One ``/exec`` in ``shell`` (plain, or streamed into ``sink``): its answer's JSON."""
+    try:
+        answer = shell.run(
+            req.command,
+            timeout,
+            cwd,
+            hooks,
+            bool(req.isolate),
+            cap,
+            sink,
+            separate_stderr=req.stderr == "separate",
+        )
+    except Busy:
+        raise _busy() from None
+    return answer.to_json()
+
+
 class App:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -247,19 +273,7 @@ class App:
             return self._background(req, cwd, hooks)
         if req.stream:
             return self._streamed(shell, req, timeout, cwd, hooks)
-        try:
-            answer = shell.run(
-                req.command,
-                timeout,
-                cwd,
-                hooks,
-                bool(req.isolate),
-                req.max_output_bytes,
-                separate_stderr=req.stderr == "separate",
-            )
-            return answer.to_json()
-        except Busy:
-            raise _busy() from None
+        return _run(shell, req, timeout, cwd, hooks, req.max_output_bytes, None)
 
     def _streamed(
         self, shell: Shell, req: ExecRequest, timeout: float, cwd: str, hooks: Dict[str, Any]
@@ -268,23 +282,7 @@ class App:
         # limit (--max-output-bytes), not to --output-cap.
         cap = self.cfg.max_output_bytes if req.max_output_bytes is None else req.max_output_bytes
 
-        def run(sink: Any) -> Body:
-            try:
-                answer = shell.run(
-                    req.command,
-                    timeout,
-                    cwd,
-                    hooks,
-                    bool(req.isolate),
-                    cap,
-                    sink,
-                    separate_stderr=req.stderr == "separate",
-                )
-            except Busy:
-                raise _busy() from None
-            return answer.to_json()
-
-        return Streamed(run)
+        return Streamed(lambda sink: _run(shell, req, timeout, cwd, hooks, cap, sink))
 
     def _background(self, req: ExecRequest, cwd: str, hooks: Dict[str, Any]) -> Body:
         if req.stream or hooks:

@@ -293,17 +293,6 @@ def acquisition_finish(
         acq.create_ms = create_ms
         acq.wait_ms = wait_ms
         acq.detail = detail[:2000]
-        acq.save(
-            update_fields=[
-                "outcome",
-                "finished_at",
-                "sandbox",
-                "source",
-                "queue_ms",
-                "create_ms",
-                "wait_ms",
-                "detail",
-            ]
-        )
+        acq.save(update_fields=list(_FINISH_FIELDS))
         acquisition_published(acq, now)
     return acq
