@@ -92,7 +92,7 @@ def merged_steps(rows: Sequence[StepShares], *, limit: int = STEP_BARS) -> list[
     for row in rows:
         jobs.setdefault(row.job_id, []).append(row)
     part = max(1, limit // len(jobs))
-    out = []
+    out: list[StepShares] = []
     for steps in jobs.values():
         size = -(-len(steps) // part)
         out.extend(_merged(steps[i : i + size]) for i in range(0, len(steps), size))
