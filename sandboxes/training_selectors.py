@@ -227,22 +227,46 @@ def stored_attributions(step_pks: Sequence[int]) -> dict[int, StepAttribution]:
     }
 
 
-def critical_path(job_id: int, *, lo: float | None = None, hi: float | None = None) -> CriticalPath:
-    """Appendix J for one job's steps inside ``[lo, hi]`` (epoch seconds; None: unbounded).
+@dataclass(frozen=True)
+class AttributedSteps:
+    """A job's steps in a range and their attribution, before the sums over trajectories
+    (waiting share, estimate) that :func:`critical_path_of` adds."""
+
+    attribution: Attribution
+    steps: tuple[LearnerStep, ...]
+
+
+def attributed_steps(
+    job_id: int, *, lo: float | None = None, hi: float | None = None
+) -> AttributedSteps:
+    """Appendix J's attribution of one job's steps inside ``[lo, hi]`` (None: unbounded).
 
     Steps with a stored attribution (``StepAttributionRollup``) are read from it; the rest
     are attributed from the raw rows now, so the answer is the same either way."""
     rows = _steps(job_id, lo, hi)
     if not rows:
-        return CriticalPath(attribute_steps([], []), None, None)
-    steps = [step for _, step in rows]
+        return AttributedSteps(attribute_steps([], []), ())
     stored = stored_attributions([pk for pk, _ in rows])
     missing = [step for pk, step in rows if pk not in stored]
     fresh = attribute_from_rows(job_id, missing).per_step if missing else ()
+    return AttributedSteps(combine([*stored.values(), *fresh]), tuple(step for _, step in rows))
+
+
+def critical_path_of(job_id: int, attributed: AttributedSteps) -> CriticalPath:
+    """The critical path of :func:`attributed_steps`' answer: its attribution with the
+    waiting share and the estimate over the steps' span."""
+    steps = list(attributed.steps)
+    if not steps:
+        return CriticalPath(attributed.attribution, None, None)
     span_lo = min(s.wait_start for s in steps)
     span_hi = max(s.train_end for s in steps)
     return CriticalPath(
-        attribution=combine([*stored.values(), *fresh]),
+        attribution=attributed.attribution,
         waiting_share=waiting_share(job_id, span_lo, span_hi),
         estimate=_estimate(job_id, steps, span_lo, span_hi),
     )
+
+
+def critical_path(job_id: int, *, lo: float | None = None, hi: float | None = None) -> CriticalPath:
+    """Appendix J for one job's steps inside ``[lo, hi]`` (epoch seconds; None: unbounded)."""
+    return critical_path_of(job_id, attributed_steps(job_id, lo=lo, hi=hi))

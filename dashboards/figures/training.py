@@ -77,8 +77,51 @@ def critical_path_figure(rows: Sequence[JobPathShares]) -> Figure:
     return to_figure(data, layout)
 
 
+STEP_BARS = 240  # at most this many bars in the per-step chart (the table keeps every step)
+
+
+def merged_steps(rows: Sequence[StepShares], *, limit: int = STEP_BARS) -> list[StepShares]:
+    """``rows`` as at most ``limit`` bars: each job's steps (by end time) get an equal part
+    of ``limit``, and over it runs of ``ceil(n / part)`` consecutive steps of the job are
+    merged into one bar, placed at the run's last end, its step the run's last, its shares
+    the interval-weighted mean of the run's (summed seconds over summed intervals, as
+    ``critical_path.combine`` sums steps). Fewer rows pass as they are."""
+    if len(rows) <= limit:
+        return list(rows)
+    jobs: dict[int, list[StepShares]] = {}
+    for row in rows:
+        jobs.setdefault(row.job_id, []).append(row)
+    part = max(1, limit // len(jobs))
+    out: list[StepShares] = []
+    for steps in jobs.values():
+        size = -(-len(steps) // part)
+        out.extend(_merged(steps[i : i + size]) for i in range(0, len(steps), size))
+    return sorted(out, key=lambda r: (r.ended_at, r.job_id, r.step))
+
+
+def _merged(run: Sequence[StepShares]) -> StepShares:
+    if len(run) == 1:
+        return run[0]
+    total = sum(r.interval_s for r in run)
+    shares = {
+        c: (sum(r.shares.get(c, 0.0) * r.interval_s for r in run) / total if total else 0.0)
+        for c in CATEGORIES
+    }
+    last = run[-1]
+    return StepShares(
+        job_id=last.job_id,
+        step=last.step,
+        ended_at=last.ended_at,
+        interval_s=total,
+        shares=shares,
+    )
+
+
 def step_shares_figure(rows: Sequence[StepShares], *, window: Window | None = None) -> Figure:
-    """Per-step shares over time: one stacked bar per step at the time its training ended."""
+    """Per-step shares over time: one stacked bar per step at the time its training ended;
+    over :data:`STEP_BARS` steps, runs of consecutive steps share a bar (:func:`merged_steps`)
+    so the figure stays bounded (Plotly's cost grows with the bars)."""
+    rows = merged_steps(rows)
     x = [utc_label(r.ended_at) for r in rows]
     data = [
         go.Bar(

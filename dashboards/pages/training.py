@@ -63,7 +63,10 @@ CHARTS: dict[str, Chart] = {
     ),
     "step_shares": Chart(
         "Per-step shares over time",
-        "One stacked bar per learner step of the jobs above, at the time its training ended.",
+        "One stacked bar per learner step of the jobs above, at the time its training ended. "
+        f"Over {figures.STEP_BARS} steps, each job's runs of consecutive steps share "
+        "one bar (their interval-weighted mean shares, at the run's last end); the CSV "
+        "lists every step.",
         _step_shares,
         refresh_on=REFRESH_ON,
     ),

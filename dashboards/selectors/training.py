@@ -3,7 +3,7 @@
 Rules a reader must not break: the jobs shown are the filter's top N (``ChartFilter.top``,
 default 8) with most steps in the window among the jobs and backend it selects (one
 aggregate query, :func:`shown_jobs`); each is attributed by
-``sandboxes.training_selectors.critical_path`` (the pure Appendix J module underneath),
+``sandboxes.training_selectors.attributed_steps`` (the pure Appendix J module underneath),
 bounded to the window, so the cost grows with the jobs shown, never with all jobs. Time is
 a parameter (the :class:`~dashboards.filters.ChartFilter`'s window).
 """
@@ -18,7 +18,12 @@ from dashboards.filters import DEFAULT_TOP, ChartFilter
 from dashboards.rows.training import JobEstimate, JobPathShares, StepShares
 from sandboxes.critical_path import LITTLE_CAVEAT
 from sandboxes.models import LearnerStep
-from sandboxes.training_selectors import CriticalPath, critical_path
+from sandboxes.training_selectors import (
+    AttributedSteps,
+    CriticalPath,
+    attributed_steps,
+    critical_path_of,
+)
 
 TOP_JOBS = DEFAULT_TOP
 
@@ -39,14 +44,26 @@ def _shown_jobs(flt: ChartFilter) -> list[tuple[int, str]]:
     return [(row["job_id"], row["job__name"]) for row in top]
 
 
-def _paths(flt: ChartFilter) -> list[tuple[int, str, CriticalPath]]:
-    """Each shown job's critical path, computed once per request (the page's three charts
-    share it)."""
+def _attributed(flt: ChartFilter) -> list[tuple[int, str, AttributedSteps]]:
+    """Each shown job's attributed steps, computed once per request (the page's charts
+    share it; only the estimates add the sums over trajectories, :func:`_paths`)."""
     lo, hi = flt.window.since.timestamp(), flt.window.until.timestamp()
+    return flt.remember(
+        "training.attributed",
+        lambda: [
+            (job_id, name, attributed_steps(job_id, lo=lo, hi=hi))
+            for job_id, name in shown_jobs(flt)
+        ],
+    )
+
+
+def _paths(flt: ChartFilter) -> list[tuple[int, str, CriticalPath]]:
+    """Each shown job's critical path with its waiting share and estimate, once per request."""
     return flt.remember(
         "training.paths",
         lambda: [
-            (job_id, name, critical_path(job_id, lo=lo, hi=hi)) for job_id, name in shown_jobs(flt)
+            (job_id, name, critical_path_of(job_id, steps))
+            for job_id, name, steps in _attributed(flt)
         ],
     )
 
@@ -57,10 +74,10 @@ def job_shares(flt: ChartFilter) -> list[JobPathShares]:
         JobPathShares(
             job_id=job_id,
             job_name=name,
-            steps=len(path.attribution.per_step),
-            shares=dict(path.attribution.shares),
+            steps=len(steps.attribution.per_step),
+            shares=dict(steps.attribution.shares),
         )
-        for job_id, name, path in _paths(flt)
+        for job_id, name, steps in _attributed(flt)
     ]
 
 
@@ -74,8 +91,8 @@ def step_shares(flt: ChartFilter) -> list[StepShares]:
             interval_s=step.interval,
             shares=step.shares(),
         )
-        for job_id, _, path in _paths(flt)
-        for step in path.attribution.per_step
+        for job_id, _, steps in _attributed(flt)
+        for step in steps.attribution.per_step
     ]
     return sorted(rows, key=lambda r: (r.ended_at, r.job_id, r.step))
 
