@@ -75,6 +75,21 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
         env.cluster.gates.add("delete_received", name=sandbox["name"])
         first.call("release", sandbox_id=sandbox["sandbox_id"])
     wait_until(lambda: answered(max(RELEASED, burst // 4)), what="a quarter answered")
+    # the next create is stored and held, so the kill surely finds creates in flight (two
+    # more acquires make sure one more create comes, even if the burst's are all done).
+    # Before the finishes are held: a held finish can stall the controller's database
+    # writes behind it, and the create's own rows must be written for it to be sent.
+    held = env.cluster.gates.add("create_stored", name_prefix=f"sm-{job.pk}-")
+    calls += [first.call("acquire", args=acquire_args(job)) for _ in range(2)]
+    held.wait_reached(120)
+    wait_until(
+        lambda: (
+            PendingDelete.objects.filter(name__in=[d["name"] for d in doomed]).count()
+            == len(doomed)
+        ),
+        what="the released sandboxes' pending deletes",
+    )
+
     # From here on a hand-out commits but its acquisition's finish waits, so the kill
     # surely cuts hand-outs whose answer never left (two more keyed acquires make sure one
     # more comes, even if the burst's are all done).
@@ -88,18 +103,6 @@ def burst_kill_restart(env: Env, burst: int) -> dict[str, Any]:
             job=job, outcome=AcquisitionOutcome.PENDING, sandbox__isnull=False
         ).exists(),
         what="a hand-out whose finish is held",
-    )
-    # the next create is stored and held, so the kill surely finds creates in flight (two
-    # more acquires make sure one more create comes, even if the burst's are all done)
-    held = env.cluster.gates.add("create_stored", name_prefix=f"sm-{job.pk}-")
-    calls += [first.call("acquire", args=acquire_args(job)) for _ in range(2)]
-    held.wait_reached(120)
-    wait_until(
-        lambda: (
-            PendingDelete.objects.filter(name__in=[d["name"] for d in doomed]).count()
-            == len(doomed)
-        ),
-        what="the released sandboxes' pending deletes",
     )
     started = time.monotonic()
     first.kill()  # mid-burst: creates in flight, deletes held at the gate
