@@ -12,6 +12,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Coalesce
 
 from sandboxes.states import (
@@ -138,6 +139,14 @@ class Sandbox(models.Model):
             # The operations page buckets by "scheduled, else requested" (issue 11 item 6).
             models.Index(
                 Coalesce("scheduled_at", "requested_at"), name="sandbox_scheduled_or_requested"
+            ),
+            # Idle warm pod-hours (operations page): an index-only scan of the warm sandboxes,
+            # a month of them without reading the table (dashboards.selectors.operations).
+            models.Index(
+                fields=["ready_at"],
+                include=["job", "key_hash", "backend", "acquired_at", "deleted_at"],
+                condition=Q(source__in=("", "warm"), ready_at__isnull=False),
+                name="sandbox_warm_idle",
             ),
         ]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import (
     Count,
     ExpressionWrapper,
@@ -46,6 +47,7 @@ from sandboxes.critical_path import (
 from sandboxes.models import LearnerStep as StepRow
 from sandboxes.models import StepAttributionRollup, TrajectoryPhase
 from sandboxes.models import Trajectory as TrajectoryRow
+from sandboxes.training_sums import JobSpan, grouped_sums
 
 _ACQUISITION = ("rollout_acquisition", "grading_acquisition")
 
@@ -270,3 +272,48 @@ def critical_path_of(job_id: int, attributed: AttributedSteps) -> CriticalPath:
 def critical_path(job_id: int, *, lo: float | None = None, hi: float | None = None) -> CriticalPath:
     """Appendix J for one job's steps inside ``[lo, hi]`` (epoch seconds; None: unbounded)."""
     return critical_path_of(job_id, attributed_steps(job_id, lo=lo, hi=hi))
+
+
+def critical_paths_of(items: Sequence[tuple[int, AttributedSteps]]) -> list[CriticalPath]:
+    """:func:`critical_path_of` for several jobs, in order: on PostgreSQL the waiting shares
+    and estimates of all of them come from one query (``sandboxes.training_sums``), the same
+    sums the per-job queries compute; elsewhere it is the per-job loop."""
+    if connection.vendor != "postgresql":
+        return [critical_path_of(job_id, attributed) for job_id, attributed in items]
+    spans = [
+        JobSpan(
+            job_id=job_id,
+            lo=min(s.wait_start for s in attributed.steps),
+            hi=max(s.train_end for s in attributed.steps),
+            groups=frozenset(g for s in attributed.steps for g in (*s.groups, *s.dropped_groups)),
+        )
+        for job_id, attributed in items
+        if attributed.steps
+    ]
+    sums = grouped_sums(spans)
+    by_job = {span.job_id: span for span in spans}
+    out = []
+    for job_id, attributed in items:
+        span = by_job.get(job_id)
+        if span is None:
+            out.append(CriticalPath(attributed.attribution, None, None))
+            continue
+        found = sums[job_id]
+        steps = attributed.steps
+        total = found.in_flight_seconds
+        out.append(
+            CriticalPath(
+                attribution=attributed.attribution,
+                waiting_share=found.acquisition_seconds / total if total > 0 else None,
+                estimate=fixed_concurrency_estimate(
+                    steps=len(steps),
+                    trajectories_consumed=found.consumed,
+                    trajectory_seconds=found.member_seconds,
+                    in_flight_seconds=total,
+                    span_seconds=span.hi - span.lo,
+                    measured_interval_s=sum(s.interval for s in steps) / len(steps),
+                    sandbox_seconds=found.member_acquisition_seconds + found.lost_seconds,
+                ),
+            )
+        )
+    return out

@@ -123,17 +123,19 @@ def step_shares_figure(rows: Sequence[StepShares], *, window: Window | None = No
     so the figure stays bounded (Plotly's cost grows with the bars)."""
     rows = merged_steps(rows)
     x = [utc_label(r.ended_at) for r in rows]
-    data = [
-        go.Bar(
-            name=category.replace("_", " "),
-            x=x,
-            y=[round(r.shares.get(category, 0.0) * 100, 3) for r in rows],
-            marker={"color": CATEGORY_COLOURS[category]},
-            customdata=[[r.job_id, r.step] for r in rows],
-            hovertemplate="job %{customdata[0]} step %{customdata[1]}: %{y:.1f}%<extra>"
+    customdata = [[r.job_id, r.step] for r in rows]
+    data = [  # plain dicts: validated on their first points (layout.to_figure)
+        {
+            "type": "bar",
+            "name": category.replace("_", " "),
+            "x": x,
+            "y": [round(r.shares.get(category, 0.0) * 100, 3) for r in rows],
+            "marker": {"color": CATEGORY_COLOURS[category]},
+            "customdata": customdata,
+            "hovertemplate": "job %{customdata[0]} step %{customdata[1]}: %{y:.1f}%<extra>"
             + category
             + "</extra>",
-        )
+        }
         for category in CATEGORIES
     ]
     layout = chart_layout(

@@ -22,7 +22,7 @@ from sandboxes.training_selectors import (
     AttributedSteps,
     CriticalPath,
     attributed_steps,
-    critical_path_of,
+    critical_paths_of,
 )
 
 TOP_JOBS = DEFAULT_TOP
@@ -58,14 +58,15 @@ def _attributed(flt: ChartFilter) -> list[tuple[int, str, AttributedSteps]]:
 
 
 def _paths(flt: ChartFilter) -> list[tuple[int, str, CriticalPath]]:
-    """Each shown job's critical path with its waiting share and estimate, once per request."""
-    return flt.remember(
-        "training.paths",
-        lambda: [
-            (job_id, name, critical_path_of(job_id, steps))
-            for job_id, name, steps in _attributed(flt)
-        ],
-    )
+    """Each shown job's critical path with its waiting share and estimate, once per request
+    (the sums of all shown jobs in one query on PostgreSQL, ``critical_paths_of``)."""
+    return flt.remember("training.paths", lambda: _compute_paths(flt))
+
+
+def _compute_paths(flt: ChartFilter) -> list[tuple[int, str, CriticalPath]]:
+    shown = _attributed(flt)
+    paths = critical_paths_of([(job_id, steps) for job_id, _, steps in shown])
+    return [(job_id, name, path) for (job_id, name, _), path in zip(shown, paths, strict=True)]
 
 
 def job_shares(flt: ChartFilter) -> list[JobPathShares]:

@@ -174,11 +174,13 @@ def test_warm_hit_rate_and_idle_pod_hours_per_job_and_key() -> None:
     assert c.idle_pod_hours == approx(5 / 60, abs=1e-6)
 
 
-def test_warm_use_costs_two_queries_however_many_keys() -> None:
+def test_warm_use_costs_three_queries_however_many_keys() -> None:
+    """Hits per key, idle time per key (grouped without the job's name, so PostgreSQL can
+    answer it from the partial index ``sandbox_warm_idle``), and the names of those jobs."""
     _seed_warm_use()
     with CaptureQueriesContext(connection) as queries:
         sel.warm_use_by_job_key(ChartFilter(WINDOW))
-    assert len(queries) == 2
+    assert len(queries) == 3
 
 
 def test_incident_hours_by_class_are_the_accounting_selectors_rows() -> None:
