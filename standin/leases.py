@@ -16,6 +16,11 @@ https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions):
   the MicroTime fields ``acquireTime`` / ``renewTime`` must parse (stored as RFC 3339 with
   microseconds, ``Z``), else ``422 Invalid``.
 
+For tests, every stored version of a Lease is kept in write order with the number of
+watch streams open on the API server when it was written (:meth:`LeaseApi.writes`): what a
+watch on the Lease would have delivered, and whether its holder's informers were still
+watching when it wrote it.
+
 Invariant: everything runs on the cluster's server loop (no locks), and a stored Lease is
 never mutated in place (a replace stores a new dict), so answers can share it.
 """
@@ -95,6 +100,7 @@ class LeaseApi:
         self._now = now
         self._stats = stats
         self._leases: dict[tuple[str, str], Obj] = {}
+        self._writes: dict[tuple[str, str], list[Obj]] = {}
         self._rv = itertools.count(1)
 
     def routes(self, app: web.Application) -> None:
@@ -109,6 +115,16 @@ class LeaseApi:
     # --- for tests ------------------------------------------------------------------------
     def lease(self, ns: str, name: str) -> Obj | None:
         return self._leases.get((ns, name))
+
+    def writes(self, ns: str, name: str) -> list[Obj]:
+        """``{"lease": stored version, "open_watches": n}`` per create and replace, oldest
+        first."""
+        return list(self._writes.get((ns, name), ()))
+
+    def _store(self, ns: str, name: str, lease: Obj) -> None:
+        self._leases[(ns, name)] = lease
+        entry = {"lease": lease, "open_watches": self._stats.watching}
+        self._writes.setdefault((ns, name), []).append(entry)
 
     # --- reads ----------------------------------------------------------------------------
     async def list_leases(self, request: web.Request) -> web.Response:
@@ -172,7 +188,7 @@ class LeaseApi:
         meta.pop("resourceVersion", None)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=self._now())
         lease = self._stamp(ns, spec, meta)
-        self._leases[(ns, name)] = lease
+        self._store(ns, name, lease)
         return web.json_response(lease, status=201)
 
     async def replace(self, request: web.Request) -> web.Response:
@@ -218,7 +234,7 @@ class LeaseApi:
         kept = {k: current["metadata"][k] for k in ("uid", "creationTimestamp")}
         meta.update(name=name, **kept)
         lease = self._stamp(ns, spec, meta)
-        self._leases[(ns, name)] = lease
+        self._store(ns, name, lease)
         return web.json_response(lease)
 
     async def delete(self, request: web.Request) -> web.Response:
