@@ -221,9 +221,7 @@ class LeaderElector:
             self.stop()
             return False
         stopped = stop_work()
-        log.warning(
-            "%s resigning: its controller has stopped (cleanly: %s)", self.identity, stopped
-        )
+        log.warning("%s resigning; its controller stopped cleanly: %s", self.identity, stopped)
         if self._mark is not None:
             try:
                 self._mark.set(False)

@@ -16,6 +16,7 @@ Rules a reader must not break:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -99,8 +100,32 @@ def on_server_stop(hook: Callable[[], None]) -> bool:
         return False
     from twisted.internet import threads
 
-    reactor.addSystemEventTrigger("before", "shutdown", threads.deferToThread, hook)
+    def before_shutdown() -> Any:
+        done = threads.deferToThread(hook)
+        done.addBoth(lambda _: _cancel_orphaned_tasks())
+        return done  # the reactor waits for it before it stops
+
+    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
     return True
+
+
+def _cancel_orphaned_tasks() -> Any:
+    """Cancel what the server's loop still runs once Daphne killed its applications, and
+    let them end (a Deferred the reactor waits for, at most 5 s).
+
+    Daphne cancels each request's application, but Django's handler leaves its
+    ``listen_for_disconnect`` task waiting on ``receive()``; Daphne never cancels tasks
+    (``asyncio.run`` would), and the interpreter then finalizes those suspended coroutines
+    at exit (a segfault on CPython 3.11, seen once the controller had stopped first). Runs
+    in the reactor's thread, inside its running loop."""
+    from twisted.internet.defer import Deferred
+
+    tasks = asyncio.all_tasks(asyncio.get_running_loop())
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return None
+    return Deferred.fromFuture(asyncio.ensure_future(asyncio.wait(tasks, timeout=5)))
 
 
 # The grading runner's wait for the grading in hand; a longer one keeps the Lease to expire.
