@@ -213,12 +213,15 @@ class LeaderElector:
     def resign(self, stop_work: Callable[[], bool]) -> bool:
         """An orderly stop (SIGTERM): True if this replica held the Lease and released it.
 
-        A standby (or a replica still starting its controller) only ends its candidacy.
-        The holder first runs ``stop_work`` (the controller and the grading runner stop;
-        it returns whether they did, cleanly) while its elector keeps renewing, clears its
-        leader label, ends the elector's thread, and then releases the Lease."""
+        A standby ends its candidacy (a stopping process never takes the Lease); a holder
+        still starting its controller keeps renewing until the process ends (then the
+        Lease expires). The holder that leads first runs ``stop_work`` (the grading runner
+        and the controller stop; it returns whether they did, cleanly) while its elector
+        keeps renewing, clears its leader label, ends the elector's thread, and then
+        releases the Lease."""
         if not self.leading:
-            self.stop()
+            if self.holder() != self.identity:
+                self.stop()
             return False
         stopped = stop_work()
         log.warning("%s resigning; its controller stopped cleanly: %s", self.identity, stopped)
