@@ -86,12 +86,17 @@ class GradingRunner:
         self._thread = threading.Thread(target=self._loop, name="sandman-grading", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop after the grading in hand; True once the thread ended (False: still grading
+        after ``timeout_s``)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                return False
             self._thread = None
+        return True
 
     def wake(self) -> None:
         """A grading was stored: look now rather than at the next poll."""

@@ -21,9 +21,12 @@ Rules a reader must not break:
 * A request is retried once, and only when a REUSED keep-alive connection turned out
   to be closed by the server before any answer (the usual idle-close race); a fresh
   connection's failure is raised as it is. Acquire and release carry an
-  ``Idempotency-Key`` (one per call) and are retried on connection errors and timeouts
-  with that same key: the service answers a retry with the first call's sandbox, never a
-  second one, and a retried release is a no-op.
+  ``Idempotency-Key`` (one per call) and are resent with that same key after a connection
+  error, a timeout or a ``503 controller_unavailable`` (a standby's answer while the
+  replicas fail over): the service answers a retry with the first call's sandbox, never a
+  second one, and a retried release is a no-op. Resends back off (0.1 s doubling to 2 s,
+  or the server's ``Retry-After``) until ``failover_s`` after the first failure; then the
+  last failure is raised.
 * Every mutating execd call (each POST but the file reads) carries its own
   ``Idempotency-Key`` and is resent with it after a connection error or timeout: execd
   answers the resend with the first call's answer (waiting while it runs), so a command
@@ -38,6 +41,7 @@ Rules a reader must not break:
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import socket
 import threading
@@ -80,6 +84,10 @@ from execd.protocol import (
 T = TypeVar("T")
 
 _RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+# A keyed REST call is resent after these transport failures and this refusal (a failover).
+_TRANSPORT_FAILURES = frozenset(["connection_failed", "timeout"])
+_FAILOVER_REFUSAL = (503, "controller_unavailable")
+_BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.1, 2.0
 # execd's POST routes that change nothing (execd.idempotency.READS): sent without a key.
 _EXECD_READS = frozenset(["/files/read", "/files/read_bytes"])
 
@@ -198,14 +206,25 @@ def _decode(status: int, data: bytes) -> Any:
 
 
 def _raise_for(status: int, payload: Any) -> None:
-    if status < 400:
-        return
+    if status >= 400:
+        raise _error_for(status, payload)
+
+
+def _error_for(status: int, payload: Any) -> SandmanClientError:
     if isinstance(payload, dict):
         code = str(payload.get("error") or payload.get("code") or "error")
         detail = str(payload.get("detail") or payload.get("message") or payload)
     else:
         code, detail = "error", f"HTTP {status}"
-    raise SandmanClientError(status, code, detail, payload)
+    return SandmanClientError(status, code, detail, payload)
+
+
+def _retry_after_s(headers: dict[str, str]) -> float | None:
+    """``Retry-After`` in seconds (the HTTP-date form, which Sandman never sends: None)."""
+    try:
+        return max(0.0, float(headers.get("retry-after", "")))
+    except ValueError:
+        return None
 
 
 def _execd_error(status: int, payload: Any, route: str) -> SandmanClientError:
@@ -920,9 +939,21 @@ class Grading:
 class Client:
     """Sandman's REST API at ``base_url`` with a DRF token (``Authorization: Token``)."""
 
-    RETRIES = 3  # resends of a keyed call after a connection error
+    RETRIES = 3  # resends of a keyed execd call after a connection error
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 600.0,
+        failover_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``failover_s``: how long a keyed call (acquire, release) keeps resending after
+        its first failure -- a Lease duration (15 s), a retry period and the new leader's
+        reconcile fit in the default."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url {base_url!r} must be http(s)://host[:port]")
@@ -932,6 +963,8 @@ class Client:
         self._prefix = parts.path.rstrip("/")
         self._token = token
         self.timeout_s = timeout_s
+        self.failover_s = failover_s
+        self._clock, self._sleep = clock, sleep
         self._local = threading.local()
         self._all: list[_Connection] = []
         self._lock = threading.Lock()
@@ -972,7 +1005,7 @@ class Client:
         idempotency_key: str | None = None,
     ) -> Any:
         """One REST call; with ``idempotency_key`` it is resent (same key) after a
-        connection error or timeout, up to ``RETRIES`` times."""
+        connection error, a timeout or a failover's 503, for up to ``failover_s``."""
         headers = {"Authorization": f"Token {self._token}", "Accept": "application/json"}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
@@ -985,20 +1018,31 @@ class Client:
             clean = {k: v for k, v in query.items() if v is not None}
             if clean:
                 url += "?" + urlencode(clean)
-        for attempt in range(self.RETRIES + 1):
+        deadline: float | None = None
+        for attempt in itertools.count():
+            asked: float | None = None  # the server's Retry-After
             try:
-                status, _, data = self._connection().request(
+                status, answer_headers, data = self._connection().request(
                     method, url, body=body, headers=headers, timeout_s=timeout_s or self.timeout_s
                 )
-                break
             except SandmanClientError as exc:
-                retry = exc.status == 0 and exc.code in ("connection_failed", "timeout")
-                if idempotency_key is None or not retry or attempt == self.RETRIES:
+                if idempotency_key is None or exc.code not in _TRANSPORT_FAILURES:
                     raise
-                time.sleep(0.1 * 2**attempt)  # back off: the server may be restarting
-        decoded = _decode(status, data)
-        _raise_for(status, decoded)
-        return decoded
+                failure = exc
+            else:
+                decoded = _decode(status, data)
+                failure = _error_for(status, decoded)
+                if idempotency_key is None or (status, failure.code) != _FAILOVER_REFUSAL:
+                    _raise_for(status, decoded)
+                    return decoded
+                asked = _retry_after_s(answer_headers)
+            now = self._clock()
+            deadline = now + self.failover_s if deadline is None else deadline
+            if now >= deadline:
+                raise failure
+            backoff = min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2**attempt)
+            self._sleep(min(deadline - now, backoff if asked is None else asked))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # jobs
     def job(self, *, name: str, egress: str = "deny", **policy: Any) -> Job:

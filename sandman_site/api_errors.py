@@ -1,7 +1,9 @@
 """DRF exception handler: every error leaves as ``{"error": code, "detail": sentence}``.
 
 Sandman errors carry their own code and status; DRF's own errors (validation, auth,
-404, method) are mapped to stable codes; a database outage is a 503 (``dbguard.py``).
+404, method) are mapped to stable codes; a database outage is a 503 (``dbguard.py``). A
+``503 controller_unavailable`` of a replica that elects carries ``Retry-After`` (its
+elector's retry period: a failover is under way or the Service has not yet moved).
 Anything else is left to Django (a 500 is a bug).
 """
 
@@ -16,8 +18,9 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from sandman_site import election
 from sandman_site.dbguard import OUTAGE_ERRORS, outage_body
-from sandman_site.errors import SandmanError
+from sandman_site.errors import ControllerUnavailable, SandmanError
 
 _DRF_CODES = {
     exceptions.ValidationError: "invalid",
@@ -53,7 +56,11 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         error: dict[str, Any] = {"error": exc.code, "detail": exc.message}
         if exc.extra:
             error["extra"] = exc.extra
-        return Response(error, status=exc.status)
+        headers = None
+        elector = election.current()
+        if isinstance(exc, ControllerUnavailable) and elector is not None:
+            headers = {"Retry-After": str(elector.retry_after_s())}
+        return Response(error, status=exc.status, headers=headers)
     if isinstance(exc, OUTAGE_ERRORS):  # PostgreSQL restarting or unreachable (dbguard.py)
         return Response(outage_body(), status=503, headers={"Retry-After": "1"})
     if isinstance(exc, RequestDataTooBig):  # a body over DATA_UPLOAD_MAX_MEMORY_SIZE

@@ -21,20 +21,32 @@ Rules a reader must not break:
   one on our configuration before the elector runs.
 * The elector's loop has no stop of its own; :class:`_SwitchedLock` wraps the lock and
   raises :class:`ElectionStopped` on its next call after :meth:`LeaderElector.stop`.
+* An orderly stop releases the Lease as client-go's ``ReleaseOnCancel`` does
+  (:meth:`LeaderElector.resign`), in this order and never another: the work the Lease
+  guards stops while the elector still renews (nobody else may act meanwhile), the
+  elector's thread ends (no renewal in flight), and only then the holder writes the record
+  with an empty holder and a 1 s duration through the same ``LeaseLock``. A standby's
+  elector takes an empty-holder Lease at its next retry, not after the duration. If the
+  work did not stop cleanly, nothing is released: the Lease expires as after a crash.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from sandboxes import labels as L
@@ -123,7 +135,11 @@ class LeaderMark:
 class LeaderElector:
     """One replica's candidacy. ``on_started`` runs once this replica holds the Lease (in
     the elector's worker thread); ``leading`` turns true only after it returned.
-    ``on_stopped`` runs when renewing failed past the deadline."""
+    ``on_stopped`` runs when renewing failed past the deadline. ``clock`` is wall-clock
+    seconds, the official elector's own time base (the times in its records)."""
+
+    # client-go's release(): an empty holder and a 1-second duration (leaderelection.go).
+    RELEASED_DURATION_S = 1
 
     def __init__(
         self,
@@ -133,15 +149,17 @@ class LeaderElector:
         on_started: Callable[[], None],
         on_stopped: Callable[[], None],
         mark: LeaderMark | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         config.check()
         self.config = config
         self._mark = mark
+        self._clock = clock
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._stopped = threading.Event()
         self._leading = threading.Event()
-        lock = LeaseLock(config.lease_name, config.namespace, config.identity)
+        self._lock = lock = LeaseLock(config.lease_name, config.namespace, config.identity)
         lock.api_instance = client.CoordinationV1Api(api_client)
         self._election = leaderelection.LeaderElection(
             electionconfig.Config(
@@ -168,6 +186,12 @@ class LeaderElector:
         record = self._election.observed_record
         return None if record is None else record.holder_identity
 
+    def retry_after_s(self) -> int:
+        """When a refused acquire is worth resending (``Retry-After``, whole seconds): the
+        retry period, the soonest a standby can have taken a released Lease. (After a
+        crash it takes the duration; a client's backoff covers that.)"""
+        return self.config.retry_period_s
+
     def start(self) -> None:
         """Clear this pod's leader label (a restarted leader's), then campaign."""
         if self._mark is not None:
@@ -185,6 +209,52 @@ class LeaderElector:
             self._thread.join(
                 timeout_s if timeout_s is not None else self.config.retry_period_s + 5
             )
+
+    def resign(self, stop_work: Callable[[], bool]) -> bool:
+        """An orderly stop (SIGTERM): True if this replica held the Lease and released it.
+
+        A standby ends its candidacy (a stopping process never takes the Lease); a holder
+        still starting its controller keeps renewing until the process ends (then the
+        Lease expires). The holder that leads first runs ``stop_work`` (the grading runner
+        and the controller stop; it returns whether they did, cleanly) while its elector
+        keeps renewing, clears its leader label, ends the elector's thread, and then
+        releases the Lease."""
+        if not self.leading:
+            if self.holder() != self.identity:
+                self.stop()
+            return False
+        stopped = stop_work()
+        log.warning("%s resigning; its controller stopped cleanly: %s", self.identity, stopped)
+        if self._mark is not None:
+            try:
+                self._mark.set(False)
+            except (ApiException, urllib3.exceptions.HTTPError):
+                log.warning("could not clear the leader label of %s", self.identity, exc_info=True)
+        self._leading.clear()
+        self.stop()
+        if not stopped or (self._thread is not None and self._thread.is_alive()):
+            log.warning("%s does not release its Lease: it did not stop cleanly", self.identity)
+            return False
+        return self._release()
+
+    def _release(self) -> bool:
+        """client-go's ``release()``: the holder writes an empty holder and a 1 s duration
+        through the same lock (a fresh read: the replace carries the current version, so a
+        Lease someone else took meanwhile is a 409, never overwritten)."""
+        name, ns = self.config.lease_name, self.config.namespace
+        try:
+            found, record = self._lock.get(name, ns)
+            if not found or record.holder_identity != self.identity:
+                log.warning("%s does not hold Lease %s/%s: no release", self.identity, ns, name)
+                return False
+            now = str(dt.datetime.fromtimestamp(self._clock()))  # the elector's record format
+            empty = LeaderElectionRecord("", str(self.RELEASED_DURATION_S), now, now)
+            released = bool(self._lock.update(name, ns, empty))
+        except (ApiException, urllib3.exceptions.HTTPError):
+            log.warning("releasing Lease %s/%s failed", ns, name, exc_info=True)
+            return False
+        log.warning("%s released Lease %s/%s: %s", self.identity, ns, name, released)
+        return released
 
     def _run(self) -> None:
         try:

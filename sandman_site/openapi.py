@@ -9,7 +9,8 @@ as usual, then adds what every Sandman view really answers but no view declares:
   unsafe method (the session's CSRF check) or a permission beyond "authenticated", 404
   for a path with parameters, 429 (with ``Retry-After``) for a throttled view;
 * what a view raises from its own logic, declared by the view with
-  :func:`error_responses` (``@extend_schema(responses={200: Out, **error_responses(...)})``);
+  :func:`error_responses` (``@extend_schema(responses={200: Out, **error_responses(...)})``;
+  a 503 declares ``Retry-After`` too);
 * pagination: a ``GET`` whose 200 answer is ``many=True`` is a page of the
   ``DEFAULT_PAGINATION_CLASS`` (``{count, next, previous, results}`` and its ``limit`` /
   ``offset`` parameters) unless the view sets ``pagination_class = None``;
@@ -48,7 +49,8 @@ _DESCRIPTIONS = {
     "422": "The backend cannot honour the request as asked.",
     "429": "Too many requests (`throttled`) or a cap reached; retry after `Retry-After`.",
     "502": "The sandbox backend failed.",
-    "503": "The controller is not running (`controller_unavailable`).",
+    "503": "The controller is not running (`controller_unavailable`: a standby replica or a "
+    "failover; resend with the same `Idempotency-Key` after `Retry-After`).",
     "504": "Waited longer than the operation's budget.",
 }
 
@@ -102,11 +104,12 @@ class SandmanAutoSchema(AutoSchema):
         for status in self._implied_errors(operation):
             if status not in responses:
                 responses[status] = self._get_response_for_code(error_response(status), status)
-        if "429" in responses:
-            responses["429"].setdefault("headers", {})["Retry-After"] = {
-                "schema": {"type": "integer", "minimum": 0, "maximum": I64_MAX},
-                "description": "seconds to wait before the next request",
-            }
+        for status in ("429", "503"):  # a throttle; a standby or a database outage
+            if status in responses:
+                responses[status].setdefault("headers", {})["Retry-After"] = {
+                    "schema": {"type": "integer", "minimum": 0, "maximum": I64_MAX},
+                    "description": "seconds to wait before the next request",
+                }
         return operation
 
     def _implied_errors(self, operation: dict[str, Any]) -> list[str]:

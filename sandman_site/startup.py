@@ -3,19 +3,30 @@ say so -- at once (the local backend: one process, no Lease), or once this repli
 the controller's Lease (the Kubernetes backend with ``SANDMAN_LEADER_ELECTION`` on;
 ``sandman_site/election.py``).
 
-Rule a reader must not break: the wiring is installed before the process-wide controller is
-first built, whether or not it autostarts (``wiring.install``).
+Rules a reader must not break:
+
+* The wiring is installed before the process-wide controller is first built, whether or
+  not it autostarts (``wiring.install``).
+* An orderly stop (SIGTERM, SIGINT) resigns the Lease while the process still accepts
+  work (Daphne: a Twisted "before shutdown" trigger, run in a thread the reactor waits
+  for), never from ``atexit``: by then no executor takes new work, and the controller's
+  shutdown needs one. The grading runner stops before the controller, and both before the
+  release (``LeaderElector.resign``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 
+from grading.runner import get_runner
 from sandboxes.controller import get_controller
 from sandboxes.providers.kubernetes.config import build_api_client, config_from_settings
 from sandman_site import election, wiring
@@ -33,6 +44,7 @@ def start_controller_once() -> None:
             if election.current() is None:
                 elector = build_elector(settings, on_started=_start_controller, on_stopped=_exit)
                 election.set_current(elector)
+                on_server_stop(_resign)
                 elector.start()
             return
         _start_controller()
@@ -77,6 +89,61 @@ def _start_controller() -> None:
         controller.start()
         log.info("controller started (backend %s)", settings.SANDMAN_BACKEND)
     wiring.start_grading_runner(controller)
+
+
+def on_server_stop(hook: Callable[[], None]) -> bool:
+    """Run ``hook`` when the server begins to stop, before the interpreter shuts down;
+    False (and a warning) under a server this does not know (the Lease then expires)."""
+    reactor: Any = sys.modules.get("twisted.internet.reactor")
+    if reactor is None:
+        log.warning("not under Daphne: an orderly stop will not release the Lease")
+        return False
+    from twisted.internet import threads
+
+    def before_shutdown() -> Any:
+        done = threads.deferToThread(hook)
+        done.addBoth(lambda _: _cancel_orphaned_tasks())
+        return done  # the reactor waits for it before it stops
+
+    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
+    return True
+
+
+def _cancel_orphaned_tasks() -> Any:
+    """Cancel what the server's loop still runs once Daphne killed its applications, and
+    let them end (a Deferred the reactor waits for, at most 5 s).
+
+    Daphne cancels each request's application, but Django's handler leaves its
+    ``listen_for_disconnect`` task waiting on ``receive()``; Daphne never cancels tasks
+    (``asyncio.run`` would), and the interpreter then finalizes those suspended coroutines
+    at exit (a segfault on CPython 3.11, seen once the controller had stopped first). Runs
+    in the reactor's thread, inside its running loop."""
+    from twisted.internet.defer import Deferred
+
+    tasks = asyncio.all_tasks(asyncio.get_running_loop())
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return None
+    return Deferred.fromFuture(asyncio.ensure_future(asyncio.wait(tasks, timeout=5)))
+
+
+# The grading runner's wait for the grading in hand; a longer one keeps the Lease to expire.
+RUNNER_STOP_S = 10.0
+
+
+def _stop_work() -> bool:
+    """Stop what the Lease guards: the grading runner, then the controller (it uses it)."""
+    runner = get_runner()
+    runner_stopped = runner is None or runner.stop(timeout_s=RUNNER_STOP_S)
+    controller_stopped = get_controller().stop()
+    return runner_stopped and controller_stopped
+
+
+def _resign() -> None:
+    elector = election.current()
+    if elector is not None:
+        elector.resign(_stop_work)
 
 
 def _exit() -> None:

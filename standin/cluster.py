@@ -299,6 +299,11 @@ class StandinCluster:
         """Snapshot of one coordination.k8s.io/v1 Lease (``standin/leases.py``)."""
         return self._call(lambda: _copy(self.leases.lease(namespace, name)))
 
+    def lease_writes(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Every stored version of one Lease, oldest first, with the watch streams open
+        when it was written (``LeaseApi.writes``)."""
+        return self._call(lambda: _copy(self.leases.writes(namespace, name)))
+
     def nodes(self) -> list[dict[str, Any]]:
         return self._call(self._nodes)
 

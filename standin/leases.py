@@ -16,12 +16,18 @@ https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions):
   the MicroTime fields ``acquireTime`` / ``renewTime`` must parse (stored as RFC 3339 with
   microseconds, ``Z``), else ``422 Invalid``.
 
+For tests, the stored versions of a Lease (the last ``WRITES_KEPT``) are kept in write
+order with the number of watch streams open on the API server when each was written
+(:meth:`LeaseApi.writes`): what a watch on the Lease would have delivered, and whether its
+holder's informers were still watching when it wrote it.
+
 Invariant: everything runs on the cluster's server loop (no locks), and a stored Lease is
 never mutated in place (a replace stores a new dict), so answers can share it.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import itertools
 import json
@@ -37,6 +43,7 @@ from standin.status import status_body
 GROUP_VERSION = "coordination.k8s.io/v1"
 PREFIX = "/apis/coordination.k8s.io/v1"
 MICROTIME_FIELDS = ("acquireTime", "renewTime")
+WRITES_KEPT = 10_000  # per Lease: hours of renewals, bounded for a long-running stand-in
 
 Obj = dict[str, Any]
 
@@ -95,6 +102,7 @@ class LeaseApi:
         self._now = now
         self._stats = stats
         self._leases: dict[tuple[str, str], Obj] = {}
+        self._writes: dict[tuple[str, str], collections.deque[Obj]] = {}
         self._rv = itertools.count(1)
 
     def routes(self, app: web.Application) -> None:
@@ -109,6 +117,17 @@ class LeaseApi:
     # --- for tests ------------------------------------------------------------------------
     def lease(self, ns: str, name: str) -> Obj | None:
         return self._leases.get((ns, name))
+
+    def writes(self, ns: str, name: str) -> list[Obj]:
+        """``{"lease": stored version, "open_watches": n}`` per create and replace, oldest
+        first (the last ``WRITES_KEPT``)."""
+        return list(self._writes.get((ns, name), ()))
+
+    def _store(self, ns: str, name: str, lease: Obj) -> None:
+        self._leases[(ns, name)] = lease
+        entry = {"lease": lease, "open_watches": self._stats.watching}
+        kept = self._writes.setdefault((ns, name), collections.deque(maxlen=WRITES_KEPT))
+        kept.append(entry)
 
     # --- reads ----------------------------------------------------------------------------
     async def list_leases(self, request: web.Request) -> web.Response:
@@ -172,7 +191,7 @@ class LeaseApi:
         meta.pop("resourceVersion", None)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=self._now())
         lease = self._stamp(ns, spec, meta)
-        self._leases[(ns, name)] = lease
+        self._store(ns, name, lease)
         return web.json_response(lease, status=201)
 
     async def replace(self, request: web.Request) -> web.Response:
@@ -218,7 +237,7 @@ class LeaseApi:
         kept = {k: current["metadata"][k] for k in ("uid", "creationTimestamp")}
         meta.update(name=name, **kept)
         lease = self._stamp(ns, spec, meta)
-        self._leases[(ns, name)] = lease
+        self._store(ns, name, lease)
         return web.json_response(lease)
 
     async def delete(self, request: web.Request) -> web.Response:

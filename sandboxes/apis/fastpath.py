@@ -12,7 +12,8 @@ Django's handler, exactly the requests whose every check can be made from memory
   acquire, no ``base_commit``: resolving one runs git), without an ``Idempotency-Key``
   (the views record and replay keyed calls),
 * within the token's request rate (``sandman_site.ratelimit``; past it, the view's
-  throttle answers the 429).
+  throttle answers the 429),
+* to a controller that runs (a standby's refusal, with its ``Retry-After``, is the view's).
 
 Invariants a reader must not break:
 * Anything else, and any surprise before the controller is called, FALLS THROUGH to
@@ -194,9 +195,9 @@ def _acquire(scope: Scope, body: bytes) -> Call | None:
     serializer = JobAcquireApi.InputSerializer(data=data)
     if not serializer.is_valid():
         return None
-    if not _admitted(scope):
-        return None
     ctl = controller()
+    if not ctl.started or not _admitted(scope):
+        return None
 
     async def call() -> tuple[int, Any]:
         result = await ctl.aacquire(job_id=job_id, user_id=user.pk, **serializer.validated_data)
@@ -220,10 +221,10 @@ def _release(scope: Scope, body: bytes) -> Call | None:
     serializer = SandboxReleaseApi.InputSerializer(data=data)
     if not serializer.is_valid():
         return None
-    if not _admitted(scope):
+    ctl = controller()
+    if not ctl.started or not _admitted(scope):
         return None
     outcome = serializer.validated_data.get("outcome") or {}
-    ctl = controller()
 
     async def call() -> tuple[int, Any]:
         await ctl.arelease(

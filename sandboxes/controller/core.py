@@ -207,12 +207,13 @@ class Controller:
         if self.sweep_interval_s:
             parts.tasks.every(self.sweep_interval_s, parts.sweeper.sweep)
 
-    def stop(self) -> None:
-        """Stop every task and close the provider. Sandboxes are left for reconcile."""
+    def stop(self) -> bool:
+        """Stop every task and close the provider. Sandboxes are left for reconcile.
+        True when nothing of this controller runs any more (its loop thread ended)."""
         with self._lock:
             parts = self._parts
             if not self.started or parts is None:
-                return
+                return True
             loop = parts.state.loop
             self._stopping = parts.state.stopping = True
             try:
@@ -220,12 +221,15 @@ class Controller:
             except Exception:
                 log.exception("controller shutdown did not finish cleanly")
             loop.call_soon_threadsafe(loop.stop)
+            ended = True
             if self._thread is not None:
                 self._thread.join(timeout=30)
+                ended = not self._thread.is_alive()
             parts.state.db.close()
             self.started = False
             self._thread = None
             parts.state.runtimes.clear()
+            return ended
 
     # -- the facade for views (sync) and async views ----------------------------------------
     def acquire(

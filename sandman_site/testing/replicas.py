@@ -3,7 +3,7 @@
 Each replica is ``daphne sandman_site.asgi:application`` as a direct child of the test,
 on the test's PostgreSQL database (``DATABASE_URL`` pointed at the test database), with
 whatever environment the test adds (backend, Lease timing, Redis). Stopped with SIGINT
-(then SIGKILL), or killed with SIGKILL; always waited for.
+(then SIGKILL), terminated with SIGTERM, or killed with SIGKILL; always waited for.
 """
 
 from __future__ import annotations
@@ -76,6 +76,12 @@ class Replica:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+    def terminate(self, timeout_s: float = 120) -> int:
+        """SIGTERM (what the kubelet sends first) and wait for the exit; its code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -19,11 +19,21 @@ controller reconciles from the database and the cluster: the in-use sandbox is a
 pod is deleted, and new acquires succeed. No pod is ever without an owner, and after the
 drain the cluster holds no Sandman pod. The standby, before, served reads, answered an
 acquire ``503 controller_unavailable`` and ``/readyz`` 503 ``not_leader``.
+
+An orderly stop (SIGTERM, what the kubelet sends a pod it deletes:
+https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination) releases
+the Lease as client-go's ``ReleaseOnCancel`` does, after the leader's controller stopped,
+and the standby leads at its next retry rather than after the Lease duration. Trainers use
+the client (``sandboxes/client.py``) through a Service that selects the leader label
+(``sandman_site/testing/service.py``), or at the standby directly: each keyed acquire
+started during the failover ends with exactly one sandbox.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -36,8 +46,11 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
 from sandboxes import labels as L
-from sandboxes.models import Job, PendingDelete, Sandbox
+from sandboxes.client import Client
+from sandboxes.client import Sandbox as ClientSandbox
+from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox
 from sandman_site.testing.replicas import Api, Replica, status_of
+from sandman_site.testing.service import LabelService
 from standin import StandinCluster
 from standin.harness.support import NS, audit, other_tenant_pod, sandman_pods, wait_until
 from standin.kubeconfig import write_kubeconfig
@@ -45,6 +58,9 @@ from standin.kubeconfig import write_kubeconfig
 IMAGE = "registry.example/task/swe-task:1"
 ACQUIRE = {"image": IMAGE, "spec": {"cpu": "250m", "memory": "256Mi"}, "timeout_s": 60}
 LEASE = {"SANDMAN_LEASE_DURATION_S": "3", "SANDMAN_LEASE_RENEW_DEADLINE_S": "2"}
+# Longer than the test: a standby that leads did not wait for the Lease to expire.
+LONG_LEASE = {"SANDMAN_LEASE_DURATION_S": "60", "SANDMAN_LEASE_RENEW_DEADLINE_S": "10"}
+LEASE_NAME = "sandman-controller"
 SERVICE_NS = "sandman"  # the replicas' own pods and the Lease; sandboxes live in NS
 
 pytestmark = pytest.mark.skipif(
@@ -85,9 +101,17 @@ def rig(transactional_db: None) -> Iterator[dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="sandman-failover-"))
     kubeconfig = write_kubeconfig(tmp / "kubeconfig", cluster.url, namespace=NS)
     replicas: list[Replica] = []
+    rig: dict[str, Any] = {
+        "cluster": cluster,
+        "replicas": replicas,
+        "kubeconfig": kubeconfig,
+        "tmp": tmp,
+    }
     try:
-        yield {"cluster": cluster, "replicas": replicas, "kubeconfig": kubeconfig, "tmp": tmp}
+        yield rig  # a test may add "cleanup", run before the replicas stop
     finally:
+        if "cleanup" in rig:
+            rig["cleanup"]()
         for replica in replicas:
             replica.stop()
         cluster.gates.release_all()
@@ -208,3 +232,133 @@ def test_the_standby_takes_over_a_sigkilled_leader_mid_burst_and_nothing_leaks_o
     )
     assert sandman_pods(cluster) == []
     assert b.proc.poll() is None, b.output()
+
+
+class Trainer:
+    """One keyed acquire through the trainer client, in a thread: a sandbox or the error."""
+
+    def __init__(self, client: Client, job_id: int) -> None:
+        self.client, self.job_id = client, job_id
+        self.outcome: Any = None
+        self.thread = threading.Thread(target=self._run, name="trainer")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            job = self.client.get_job(self.job_id)
+            self.outcome = job.acquire(image=IMAGE, spec=ACQUIRE["spec"], timeout_s=60)
+        except Exception as exc:  # recorded: the test asserts what it was
+            self.outcome = exc
+
+    def join(self, timeout_s: float) -> Any:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "an acquire started during the failover hangs"
+        return self.outcome
+
+
+def test_a_sigtermed_leader_releases_the_lease_after_its_controller_stopped_and_the_standby_leads_at_once(  # noqa: E501
+    rig,
+):
+    cluster: StandinCluster = rig["cluster"]
+    for name in ("replica-a", "replica-b"):
+        cluster.put_pod(SERVICE_NS, other_tenant_pod(name, labels={"app": "sandman"}))
+    a, b = (
+        Replica(i, {**replica_env(i, rig["kubeconfig"]), **LONG_LEASE}, rig["tmp"])
+        for i in ("replica-a", "replica-b")
+    )
+    rig["replicas"] += [a, b]
+    a, b = wait_until(
+        lambda: (a, b) if status_of(a, "/readyz") == 200 else
+        (b, a) if status_of(b, "/readyz") == 200 else None,
+        what="a replica to lead",
+        deadline_s=120,
+    )  # fmt: skip
+    wait_until(lambda: status_of(b, "/healthz") == 200, what="the standby to serve")
+    user = get_user_model().objects.create_user(username="trainer")
+    token = Token.objects.create(user=user).key
+    api = Api(token)
+    status, job = api.call(a, "POST", "/api/v1/jobs/", {"name": "ha-term", "egress": "allow"})
+    assert status == 201, job
+    status, kept = api.call(a, "POST", f"/api/v1/jobs/{job['id']}/acquire/", ACQUIRE)
+    assert status == 200, kept
+
+    ports = {a.identity: a.port, b.identity: b.port}
+    service = LabelService(
+        lambda: next((ports[p] for p in ports if leader_label(cluster, p) == "true"), None)
+    )
+    rig["cleanup"] = service.close
+    # In flight on the leader when it is told to stop: its create is held by the stand-in.
+    create_held = cluster.gates.add("create_stored", name_prefix=f"sm-{job['id']}-")
+    in_flight = Trainer(Client(service.url, token, failover_s=120), job["id"])
+    create_held.wait_reached(60)
+    # Started during the failover at the standby: refused with Retry-After until it leads.
+    waits: list[float] = []
+    refused = threading.Event()
+
+    def backoff(seconds: float) -> None:  # the client's own wait, recorded
+        waits.append(seconds)
+        refused.set()
+        time.sleep(seconds)
+
+    at_standby = Trainer(Client(b.url, token, failover_s=120, sleep=backoff), job["id"])
+    assert refused.wait(60), "the standby never refused"
+    assert waits[0] == 1.0  # Retry-After: the standby's retry period (1 s)
+    wait_until(  # the leader renewed while its informers watched (the standby has none)
+        lambda: any(w["open_watches"] > 0 for w in cluster.lease_writes(SERVICE_NS, LEASE_NAME)),
+        what="a renewal while the leader's controller runs",
+    )
+
+    a.proc.send_signal(signal.SIGTERM)
+    cluster.gates.release_all()  # the held create answers while the leader stops
+    assert a.terminate() == 0, a.output()  # an orderly exit
+    wait_until(lambda: status_of(b, "/readyz") == 200, what="the standby to lead")
+    first, second = in_flight.join(90), at_standby.join(90)
+    assert isinstance(first, ClientSandbox), first
+    assert isinstance(second, ClientSandbox), second
+
+    # The Lease, write by write: the old leader released it (empty holder, 1 s) with no
+    # watch of its informers still open -- its controller had stopped -- and only then did
+    # the standby take it, before the old record could have expired.
+    writes = cluster.lease_writes(SERVICE_NS, LEASE_NAME)
+    holders = [w["lease"]["spec"]["holderIdentity"] for w in writes]
+    released = holders.index("")
+    assert writes[released]["lease"]["spec"]["leaseDurationSeconds"] == 1
+    assert holders[released - 1] == a.identity and b.identity not in holders[:released]
+    assert holders[released + 1] == b.identity
+    assert writes[released]["open_watches"] == 0
+    last_renewal = writes[released - 1]["lease"]["spec"]["renewTime"]
+    taken = writes[released + 1]["lease"]["spec"]["acquireTime"]
+    assert _time(taken) < _time(last_renewal) + dt.timedelta(seconds=60)
+    release_at = _time(writes[released]["lease"]["spec"]["renewTime"])
+    print(f"standby acquired {(_time(taken) - release_at).total_seconds():.2f} s after the release")
+    assert lease_holder(cluster) == b.identity and leader_label(cluster, b.identity) == "true"
+    assert leader_label(cluster, a.identity) is None
+
+    # Exactly one sandbox per acquire: no key was handed two, and the job's in-use
+    # sandboxes are the three the trainers hold.
+    handed: dict[str, set[int]] = {}
+    for key, sandbox_id in Acquisition.objects.filter(
+        job_id=job["id"], outcome="ok", sandbox_id__isnull=False
+    ).values_list("idempotency_key", "sandbox_id"):
+        if key:
+            handed.setdefault(key, set()).add(sandbox_id)
+    assert all(len(ids) == 1 for ids in handed.values()), handed
+    held = {kept["sandbox_id"], first.sandbox_id, second.sandbox_id}
+    assert len(held) == 3
+    in_use = Sandbox.objects.filter(job_id=job["id"], state="in_use")
+    assert set(in_use.values_list("pk", flat=True)) == held
+    assert audit(cluster, None, at="after the SIGTERM failover").ownerless == []
+
+    first.release()
+    second.release()
+    assert api.call(b, "POST", f"/api/v1/sandboxes/{kept['sandbox_id']}/release/", {})[0] == 200
+    assert api.call(b, "POST", f"/api/v1/jobs/{job['id']}/drain/")[0] == 202
+    wait_until(
+        lambda: Job.objects.get(pk=job["id"]).state == "drained", what="the drain", deadline_s=90
+    )
+    assert sandman_pods(cluster) == []
+    assert b.proc.poll() is None, b.output()
+
+
+def _time(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))

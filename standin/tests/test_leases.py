@@ -106,3 +106,18 @@ def test_bad_writes_are_refused_as_the_api_server_refuses_them(cluster):
     assert cluster.lease(NS, "ctl")["spec"]["holderIdentity"] == "a"
     api.delete_namespaced_lease("ctl", NS)
     assert cluster.lease(NS, "ctl") is None
+
+
+def test_every_stored_version_of_a_lease_is_kept_in_write_order_with_the_open_watches(cluster):
+    api = coordination(cluster)
+    api.create_namespaced_lease(NS, lease("ctl", "a"))
+    read = api.read_namespaced_lease("ctl", NS)
+    read.spec.holder_identity = ""  # a released Lease (client-go's release())
+    read.spec.lease_duration_seconds = 1
+    api.replace_namespaced_lease("ctl", NS, read)
+    writes = cluster.lease_writes(NS, "ctl")
+    assert [w["lease"]["spec"]["holderIdentity"] for w in writes] == ["a", ""]
+    versions = [int(w["lease"]["metadata"]["resourceVersion"]) for w in writes]
+    assert versions == sorted(versions) and len(set(versions)) == 2
+    assert [w["open_watches"] for w in writes] == [0, 0]
+    assert cluster.lease_writes(NS, "missing") == []
