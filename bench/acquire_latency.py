@@ -40,6 +40,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import socket
@@ -85,6 +86,38 @@ def summary(values: list[float]) -> dict[str, Any]:
     }
 
 
+def _tree_cpu_s(roots: list[int]) -> dict[str, float]:
+    """CPU seconds of each root process's tree, from /proc: user + system of every live
+    process in it plus what each has reaped (a sandbox deleted during the window counts in
+    its reaper's children's time), so the sum does not drop when a process ends."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    out = {}
+    for root in roots:
+        total, todo = 0.0, [root]
+        while todo:
+            pid = todo.pop()
+            total += cpu.get(pid, 0.0)
+            todo.extend(p for p, pp in parent.items() if pp == pid)
+        out[str(root)] = total
+    return out
+
+
+def _client_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def manage(env: dict[str, str], *args: str) -> str:
     out = subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -99,32 +132,65 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 class Service:
-    """The ASGI server as a direct child; stopped with SIGINT then SIGKILL, always waited for."""
+    """The service as DIRECT children; stopped with SIGINT then SIGKILL, always waited for.
 
-    def __init__(self, env: dict[str, str], port: int, log: Path, server: str) -> None:
+    ``split``: the controller process (``manage.py run_controller``) plus the ASGI server
+    with ``workers`` worker processes that call it over ``SANDMAN_CONTROLLER_SOCKET``
+    (the production layout on PostgreSQL, README); otherwise one server process with the
+    controller inside.
+    """
+
+    def __init__(
+        self, env: dict[str, str], port: int, log: Path, server: str, workers: int, split: bool
+    ) -> None:
         self.port = port
         self.log = log.open("w")
+        self.procs: list[subprocess.Popen[bytes]] = []
+        if split:
+            env = {**env, "SANDMAN_CONTROLLER_SOCKET": str(log.parent / "controller.sock")}
+            controller = subprocess.Popen(
+                [sys.executable, "manage.py", "run_controller"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+            )
+            self.procs.append(controller)
+            assert controller.stdout is not None
+            line = controller.stdout.readline()  # "controller listening on ..." once reconciled
+            if b"listening" not in line:
+                self.stop()
+                raise RuntimeError(f"the controller process did not start: {line!r}")
         if server == "uvicorn":
             argv = ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
-            argv += ["--log-level", "warning", "--no-access-log"]
+            argv += ["--log-level", "warning", "--no-access-log", "--workers", str(workers)]
         else:
+            assert workers == 1, "daphne runs one process"
             argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        self.proc = subprocess.Popen(
-            [sys.executable, *argv, "sandman_site.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        self.procs.append(
+            subprocess.Popen(
+                [sys.executable, *argv, "sandman_site.asgi:application"],
+                cwd=ROOT,
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
         )
 
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        for proc in reversed(self.procs):  # the web workers first, then the controller
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
         self.log.close()
 
 
@@ -164,7 +230,9 @@ class Phase:
         return out
 
 
-async def run(args: argparse.Namespace, base: str, token: str, out: dict[str, Any]) -> None:
+async def run(
+    args: argparse.Namespace, base: str, token: str, out: dict[str, Any], pids: list[int]
+) -> None:
     headers = {"Authorization": f"Token {token}"}
     connector = aiohttp.TCPConnector(limit=args.clients * 2)
     async with aiohttp.ClientSession(base, headers=headers, connector=connector) as session:
@@ -237,11 +305,18 @@ async def run(args: argparse.Namespace, base: str, token: str, out: dict[str, An
 
             concurrent = Phase()
             pairs_wall = gets_wall = 0.0  # wall time inside the bursts (refill waits excluded)
+            client_cpu = 0.0
+            server_cpu = {str(pid): 0.0 for pid in pids}
             for _ in range(args.rounds):
                 await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
+                c0, s0 = _client_cpu_s(), _tree_cpu_s(pids)
                 t = time.perf_counter()
                 await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
                 pairs_wall += time.perf_counter() - t
+                client_cpu += _client_cpu_s() - c0
+                s1 = _tree_cpu_s(pids)
+                for pid in server_cpu:
+                    server_cpu[pid] += s1[pid] - s0[pid]
             await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
             for _ in range(args.rounds):
                 t = time.perf_counter()
@@ -252,6 +327,17 @@ async def run(args: argparse.Namespace, base: str, token: str, out: dict[str, An
             # steady stream of clients would get through.
             out["concurrent"]["pairs_per_s"] = round(len(concurrent.release_ms) / pairs_wall, 1)
             out["concurrent"]["baseline_gets_per_s"] = round(len(concurrent.get_ms) / gets_wall, 1)
+            # The load generator (this process, aiohttp) shares the two cores with the
+            # service: its CPU inside the pair bursts, beside the service's own (each process
+            # tree: the controller's includes the replacement sandboxes it spawned).
+            out["concurrent"]["pair_bursts_cpu_s"] = {
+                "wall_s": round(pairs_wall, 3),
+                "load_generator": round(client_cpu, 3),
+                "service_process_trees": {
+                    name: round(server_cpu[str(pid)], 3)
+                    for name, pid in zip(out["processes"], pids, strict=True)
+                },
+            }
 
             serial = Phase()
             out["serial_window"] = [time.time()]
@@ -300,7 +386,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="concurrent rounds")
     parser.add_argument("--serial", type=int, default=30, help="one-client acquires")
     parser.add_argument("--egress", choices=("deny", "allow"), default="deny")
-    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne")
+    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="uvicorn")
+    parser.add_argument("--workers", type=int, default=2, help="ASGI worker processes (split)")
+    parser.add_argument(
+        "--layout",
+        choices=("split", "single"),
+        default="split",
+        help="split: manage.py run_controller + the server's workers; single: one process",
+    )
     parser.add_argument(
         "--settings",
         default="auto",
@@ -358,7 +451,14 @@ def main() -> int:
         "benchmark": "acquire_latency",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "database": database,
-        "server": f"{args.server} (one process, controller inside), loopback",
+        "server": (
+            f"{args.server} --workers {args.workers} + manage.py run_controller "
+            "(split processes over SANDMAN_CONTROLLER_SOCKET), loopback"
+            if args.layout == "split"
+            else f"{args.server} (one process, controller inside), loopback"
+        ),
+        "layout": args.layout,
+        "workers": args.workers if args.layout == "split" else 1,
         "settings": args.settings,
         "debug": False,  # SANDMAN_DEBUG=0 (production forces DEBUG off)
         "backend": env.get("SANDMAN_BACKEND", "local"),
@@ -384,9 +484,14 @@ def main() -> int:
         "note": "latencies are client-side (request sent to answer read) on the same 2-core "
         "host as the server; the server's replacement creates run during the rounds",
     }
-    service = Service(env, port, tmp / "server.log", args.server)
+    if args.layout == "single":
+        args.workers = 1
+    service = Service(
+        env, port, tmp / "server.log", args.server, args.workers, args.layout == "split"
+    )
     try:
-        asyncio.run(run(args, f"http://127.0.0.1:{port}", token, out))
+        out["processes"] = ["controller", args.server] if args.layout == "split" else [args.server]
+        asyncio.run(run(args, f"http://127.0.0.1:{port}", token, out, service.pids()))
     finally:
         service.stop()
     out.update(create_to_ready(env, out.get("serial_window", [0.0])))
@@ -407,6 +512,7 @@ def main() -> int:
         if args.settings.endswith(".dev")
         else f"{database}/{args.settings.rsplit('.', 1)[-1]}"
     )
+    key += f"/{args.server}-{args.layout}-{args.workers}w"  # earlier runs keep their keys
     document = merged(args.out, key, out)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(json.dumps(out, indent=2))

@@ -4,7 +4,8 @@ the controller's Lease (the Kubernetes backend with ``SANDMAN_LEADER_ELECTION`` 
 ``sandman_site/election.py``).
 
 Rule a reader must not break: the wiring is installed before the process-wide controller is
-first built, whether or not it autostarts (``wiring.install``).
+first built, whether or not it autostarts (``wiring.install``). With split processes
+(``SANDMAN_CONTROLLER_SOCKET``) only ``manage.py run_controller`` starts a controller.
 """
 
 from __future__ import annotations
@@ -24,9 +25,14 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 
 
-def start_controller_once() -> None:
+def start_controller_once(*, here: bool = False) -> None:
+    """Start this process's controller if the settings say so; ``here``: whatever they say
+    (``manage.py run_controller``). A web worker of split processes
+    (``SANDMAN_CONTROLLER_SOCKET`` set) never starts one: the controller process runs it."""
     wiring.install()
-    if not settings.SANDMAN_CONTROLLER_AUTOSTART:
+    if not here and (
+        not settings.SANDMAN_CONTROLLER_AUTOSTART or settings.SANDMAN_CONTROLLER_SOCKET
+    ):
         return
     with _lock:
         if election_wanted(settings):
