@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Benchmark: REST acquire of a warm sandbox under 64 concurrent clients.
 
-Starts the real service (Daphne on loopback, as a DIRECT child; the controller starts
-inside it) against a fresh database: SQLite in a temp dir, or PostgreSQL when
-``DATABASE_URL`` is set (run it under ``scripts/with_postgres.py``). It then
+Starts the real service on loopback, as DIRECT children: by default the production layout
+of split processes (``manage.py run_controller`` plus ``uvicorn --workers 2`` calling it
+over ``SANDMAN_CONTROLLER_SOCKET``; ``--layout single``: one server process with the
+controller inside, ``--server daphne`` for Daphne) against a fresh database: SQLite in a
+temp dir, or PostgreSQL when ``DATABASE_URL`` is set (run it under
+``scripts/with_postgres.py``). It then
 
 1. registers a job and prewarms enough warm sandboxes (local backend, real execd),
 2. concurrent phase: ROUNDS rounds of CLIENTS concurrent clients, each doing one REST
@@ -30,7 +33,13 @@ replaces only its own database's entry), the figures from before the latency wor
 ``before``, and the load average around each run (the host's other work shares the two
 cores).
 
-Usage: ``python bench/acquire_latency.py [--clients 64] [--rounds 5]``
+The load generator (this process, aiohttp) runs on the same two cores: the JSON records
+its CPU inside the pair bursts beside each service process tree's (the controller's tree
+includes the replacement sandboxes it starts).
+
+Usage: ``python bench/acquire_latency.py [--clients 64] [--rounds 5] [--layout split|single]
+[--workers 2] [--server uvicorn|daphne]``; a run is stored under
+``<database>/<settings>/<server>-<layout>-<workers>w``.
 """
 
 from __future__ import annotations
@@ -86,10 +95,9 @@ def summary(values: list[float]) -> dict[str, Any]:
     }
 
 
-def _tree_cpu_s(roots: list[int]) -> dict[str, float]:
-    """CPU seconds of each root process's tree, from /proc: user + system of every live
-    process in it plus what each has reaped (a sandbox deleted during the window counts in
-    its reaper's children's time), so the sum does not drop when a process ends."""
+def _tree_cpu(roots: list[int]) -> dict[int, tuple[int, float]]:
+    """{pid: (root it descends from, CPU seconds user + system)} of every live process in
+    the roots' trees, from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -101,16 +109,28 @@ def _tree_cpu_s(roots: list[int]) -> dict[str, float]:
         except OSError:
             continue
         parent[int(entry)] = int(fields[1])
-        cpu[int(entry)] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
-    out = {}
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    out: dict[int, tuple[int, float]] = {}
     for root in roots:
-        total, todo = 0.0, [root]
+        todo = [root]
         while todo:
             pid = todo.pop()
-            total += cpu.get(pid, 0.0)
+            if pid in cpu:
+                out[pid] = (root, cpu[pid])
             todo.extend(p for p, pp in parent.items() if pp == pid)
-        out[str(root)] = total
     return out
+
+
+def _cpu_between(before: dict[int, tuple[int, float]], after: dict[int, tuple[int, float]],
+                 roots: list[int]) -> dict[int, float]:  # fmt: skip
+    """CPU seconds each root's tree spent between two readings, over the processes alive
+    at both (a sandbox started or deleted in between is not counted: the service's own
+    processes live through the run)."""
+    spent = dict.fromkeys(roots, 0.0)
+    for pid, (root, late) in after.items():
+        if pid in before:
+            spent[root] += late - before[pid][1]
+    return spent
 
 
 def _client_cpu_s() -> float:
@@ -309,14 +329,13 @@ async def run(
             server_cpu = {str(pid): 0.0 for pid in pids}
             for _ in range(args.rounds):
                 await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
-                c0, s0 = _client_cpu_s(), _tree_cpu_s(pids)
+                c0, s0 = _client_cpu_s(), _tree_cpu(pids)
                 t = time.perf_counter()
                 await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
                 pairs_wall += time.perf_counter() - t
                 client_cpu += _client_cpu_s() - c0
-                s1 = _tree_cpu_s(pids)
-                for pid in server_cpu:
-                    server_cpu[pid] += s1[pid] - s0[pid]
+                for pid, spent in _cpu_between(s0, _tree_cpu(pids), pids).items():
+                    server_cpu[str(pid)] += spent
             await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
             for _ in range(args.rounds):
                 t = time.perf_counter()
@@ -328,8 +347,9 @@ async def run(
             out["concurrent"]["pairs_per_s"] = round(len(concurrent.release_ms) / pairs_wall, 1)
             out["concurrent"]["baseline_gets_per_s"] = round(len(concurrent.get_ms) / gets_wall, 1)
             # The load generator (this process, aiohttp) shares the two cores with the
-            # service: its CPU inside the pair bursts, beside the service's own (each process
-            # tree: the controller's includes the replacement sandboxes it spawned).
+            # service: its CPU inside the pair bursts, beside the service processes' own
+            # (uvicorn: the supervisor and its workers; the controller: its own threads and
+            # the sandboxes alive through a whole burst, not the replacements it started).
             out["concurrent"]["pair_bursts_cpu_s"] = {
                 "wall_s": round(pairs_wall, 3),
                 "load_generator": round(client_cpu, 3),
@@ -486,6 +506,18 @@ def main() -> int:
     }
     if args.layout == "single":
         args.workers = 1
+    if args.server == "uvicorn":  # what uvicorn's "auto" loop and HTTP parser pick here
+        probe = (
+            "import importlib.util as u; "
+            "print(bool(u.find_spec('uvloop')), bool(u.find_spec('httptools')))"
+        )
+        found = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        out["uvicorn"] = {
+            "loop": "uvloop" if found[0] == "True" else "asyncio",
+            "http": "httptools" if found[1] == "True" else "h11",
+        }
     service = Service(
         env, port, tmp / "server.log", args.server, args.workers, args.layout == "split"
     )
