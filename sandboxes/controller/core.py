@@ -291,6 +291,11 @@ class Controller:
     async def adrain(self, *, job_id: int) -> None:
         await self._acall(lambda p: p.drainer.drain(job_id=job_id))
 
+    async def ajob_of_in_use(self, *, sandbox_id: int) -> int | None:
+        """The job of a sandbox this controller handed out and has not taken back, from its
+        books (no query); None if it is not in use here. A sandbox's job never changes."""
+        return await self._acall(lambda p: _job_of_in_use(p, sandbox_id))
+
     async def astats(self) -> dict[str, Any]:
         if not self.started:
             return {"started": False, "cluster_queue": 0, "jobs": {}}
@@ -378,6 +383,13 @@ class Controller:
         except asyncio.CancelledError:
             future.cancel()
             raise
+
+
+async def _job_of_in_use(parts: Parts, sandbox_id: int) -> int | None:
+    for job_id, rt in parts.state.runtimes.items():
+        if sandbox_id in rt.pool.in_use:
+            return job_id
+    return None
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:

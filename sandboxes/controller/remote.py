@@ -1,10 +1,11 @@
 """The controller as a web worker sees it: the same facade, answered by the controller process.
 
 ``RemoteController`` has the methods the API calls on a ``Controller`` (``aacquire``,
-``arelease``, ``acquire``, ``release``, ``prewarm``, ``drain``, ``check_image``,
-``pacer_queue_length``) and sends each one over ``SANDMAN_CONTROLLER_SOCKET`` to the
-controller process (``rpc.py``). An event loop keeps ONE connection with many calls in
-flight; a sync caller (a Django request thread) opens a short connection per call.
+``arelease``, ``ajob_of_in_use``, ``acquire``, ``release``, ``prewarm``, ``drain``,
+``check_image``, ``pacer_queue_length``) and sends each one over
+``SANDMAN_CONTROLLER_SOCKET`` to the controller process (``rpc.py``). An event loop keeps
+ONE connection with many calls in flight; a sync caller (a Django request thread) opens a
+short connection per call.
 
 Invariants a reader must not break:
 * An error answered by the controller is raised here as the same ``SandmanError`` class
@@ -130,6 +131,10 @@ class RemoteController:
 
     async def arelease(self, **kwargs: Any) -> None:
         await self._acall("release", kwargs)
+
+    async def ajob_of_in_use(self, *, sandbox_id: int) -> int | None:
+        job_id = await self._acall("job_of_in_use", {"sandbox_id": sandbox_id})
+        return None if job_id is None else int(job_id)
 
     def acquire(self, **kwargs: Any) -> AcquireResult:
         return AcquireResult(**self._call("acquire", kwargs))

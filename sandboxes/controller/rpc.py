@@ -80,6 +80,7 @@ class ControllerRpcServer:
             "prewarm": self._prewarm,
             "drain": self._drain,
             "stats": self._stats,
+            "job_of_in_use": self._job_of_in_use,
             "ping": self._ping,
         }
 
@@ -167,6 +168,9 @@ class ControllerRpcServer:
 
     async def _stats(self, args: dict[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps(await self._controller.astats(), default=str))
+
+    async def _job_of_in_use(self, args: dict[str, Any]) -> int | None:
+        return await self._controller.ajob_of_in_use(sandbox_id=int(args["sandbox_id"]))
 
     async def _ping(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"started": self._controller.started}

@@ -52,7 +52,9 @@ def test_remote_calls_hand_out_release_and_raise_the_controllers_errors(controll
         async def calls():
             first = await remote.aacquire(**args)
             second = await remote.aacquire(**args)  # the same connection, in turn
+            assert await remote.ajob_of_in_use(sandbox_id=first.sandbox_id) == job.pk
             await remote.arelease(sandbox_id=first.sandbox_id)
+            assert await remote.ajob_of_in_use(sandbox_id=first.sandbox_id) is None
             with pytest.raises(NotFound):
                 await remote.aacquire(**{**args, "job_id": job.pk + 1000})
             return first, second
