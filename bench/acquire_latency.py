@@ -595,10 +595,12 @@ def merged(path: Path, database: str, run: dict[str, Any]) -> dict[str, Any]:
     return {
         "benchmark": "acquire_latency",
         "reading": (
-            "Every concurrent request of a burst queues in ONE Python process on 2 cores: "
-            "read concurrent.acquire_ms beside concurrent.baseline_get_job_ms (a trivial "
-            "authenticated GET in the same kind of burst, same run) and beside "
-            "acquire_server_wait_ms (the controller's own time, before the hand-out write)."
+            "Read concurrent.acquire_ms beside concurrent.baseline_get_job_ms (a trivial "
+            "authenticated GET in the same kind of burst, same run: the web side alone) and "
+            "beside acquire_server_wait_ms (the controller's own time, before the hand-out "
+            "write). Runs keyed .../<server>-split-<N>w have the controller in its own "
+            "process and N web workers; -single-1w and the older keys, one process. "
+            "Everything, the 64-client load generator included, shares the same 2 cores."
         ),
         "targets": run["targets"],
         "runs": {name: runs[name] for name in sorted(runs)},
