@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Benchmark: REST acquire of a warm sandbox under 64 concurrent clients.
 
-Starts the real service (Daphne on loopback, as a DIRECT child; the controller starts
-inside it) against a fresh database: SQLite in a temp dir, or PostgreSQL when
-``DATABASE_URL`` is set (run it under ``scripts/with_postgres.py``). It then
+Starts the real service on loopback, as DIRECT children: by default the production layout
+of split processes (``manage.py run_controller`` plus ``uvicorn --workers 2`` calling it
+over ``SANDMAN_CONTROLLER_SOCKET``; ``--layout single``: one server process with the
+controller inside, ``--server daphne`` for Daphne) against a fresh database: SQLite in a
+temp dir, or PostgreSQL when ``DATABASE_URL`` is set (run it under
+``scripts/with_postgres.py``). It then
 
 1. registers a job and prewarms enough warm sandboxes (local backend, real execd),
 2. concurrent phase: ROUNDS rounds of CLIENTS concurrent clients, each doing one REST
@@ -30,7 +33,13 @@ replaces only its own database's entry), the figures from before the latency wor
 ``before``, and the load average around each run (the host's other work shares the two
 cores).
 
-Usage: ``python bench/acquire_latency.py [--clients 64] [--rounds 5]``
+The load generator (this process, aiohttp) runs on the same two cores: the JSON records
+its CPU inside the pair bursts beside each service process tree's (the controller's tree
+includes the replacement sandboxes it starts).
+
+Usage: ``python bench/acquire_latency.py [--clients 64] [--rounds 5] [--layout split|single]
+[--workers 2] [--server uvicorn|daphne]``; a run is stored under
+``<database>/<settings>/<server>-<layout>-<workers>w``.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import socket
@@ -85,6 +95,49 @@ def summary(values: list[float]) -> dict[str, Any]:
     }
 
 
+def _tree_cpu(roots: list[int]) -> dict[int, tuple[int, float]]:
+    """{pid: (root it descends from, CPU seconds user + system)} of every live process in
+    the roots' trees, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    out: dict[int, tuple[int, float]] = {}
+    for root in roots:
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            if pid in cpu:
+                out[pid] = (root, cpu[pid])
+            todo.extend(p for p, pp in parent.items() if pp == pid)
+    return out
+
+
+def _cpu_between(before: dict[int, tuple[int, float]], after: dict[int, tuple[int, float]],
+                 roots: list[int]) -> dict[int, float]:  # fmt: skip
+    """CPU seconds each root's tree spent between two readings, over the processes alive
+    at both (a sandbox started or deleted in between is not counted: the service's own
+    processes live through the run)."""
+    spent = dict.fromkeys(roots, 0.0)
+    for pid, (root, late) in after.items():
+        if pid in before:
+            spent[root] += late - before[pid][1]
+    return spent
+
+
+def _client_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def manage(env: dict[str, str], *args: str) -> str:
     out = subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -99,32 +152,65 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 class Service:
-    """The ASGI server as a direct child; stopped with SIGINT then SIGKILL, always waited for."""
+    """The service as DIRECT children; stopped with SIGINT then SIGKILL, always waited for.
 
-    def __init__(self, env: dict[str, str], port: int, log: Path, server: str) -> None:
+    ``split``: the controller process (``manage.py run_controller``) plus the ASGI server
+    with ``workers`` worker processes that call it over ``SANDMAN_CONTROLLER_SOCKET``
+    (the production layout on PostgreSQL, README); otherwise one server process with the
+    controller inside.
+    """
+
+    def __init__(
+        self, env: dict[str, str], port: int, log: Path, server: str, workers: int, split: bool
+    ) -> None:
         self.port = port
         self.log = log.open("w")
+        self.procs: list[subprocess.Popen[bytes]] = []
+        if split:
+            env = {**env, "SANDMAN_CONTROLLER_SOCKET": str(log.parent / "controller.sock")}
+            controller = subprocess.Popen(
+                [sys.executable, "manage.py", "run_controller"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+            )
+            self.procs.append(controller)
+            assert controller.stdout is not None
+            line = controller.stdout.readline()  # "controller listening on ..." once reconciled
+            if b"listening" not in line:
+                self.stop()
+                raise RuntimeError(f"the controller process did not start: {line!r}")
         if server == "uvicorn":
             argv = ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
-            argv += ["--log-level", "warning", "--no-access-log"]
+            argv += ["--log-level", "warning", "--no-access-log", "--workers", str(workers)]
         else:
+            assert workers == 1, "daphne runs one process"
             argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        self.proc = subprocess.Popen(
-            [sys.executable, *argv, "sandman_site.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        self.procs.append(
+            subprocess.Popen(
+                [sys.executable, *argv, "sandman_site.asgi:application"],
+                cwd=ROOT,
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
         )
 
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        for proc in reversed(self.procs):  # the web workers first, then the controller
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
         self.log.close()
 
 
@@ -164,7 +250,9 @@ class Phase:
         return out
 
 
-async def run(args: argparse.Namespace, base: str, token: str, out: dict[str, Any]) -> None:
+async def run(
+    args: argparse.Namespace, base: str, token: str, out: dict[str, Any], pids: list[int]
+) -> None:
     headers = {"Authorization": f"Token {token}"}
     connector = aiohttp.TCPConnector(limit=args.clients * 2)
     async with aiohttp.ClientSession(base, headers=headers, connector=connector) as session:
@@ -237,11 +325,17 @@ async def run(args: argparse.Namespace, base: str, token: str, out: dict[str, An
 
             concurrent = Phase()
             pairs_wall = gets_wall = 0.0  # wall time inside the bursts (refill waits excluded)
+            client_cpu = 0.0
+            server_cpu = {str(pid): 0.0 for pid in pids}
             for _ in range(args.rounds):
                 await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
+                c0, s0 = _client_cpu_s(), _tree_cpu(pids)
                 t = time.perf_counter()
                 await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
                 pairs_wall += time.perf_counter() - t
+                client_cpu += _client_cpu_s() - c0
+                for pid, spent in _cpu_between(s0, _tree_cpu(pids), pids).items():
+                    server_cpu[str(pid)] += spent
             await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
             for _ in range(args.rounds):
                 t = time.perf_counter()
@@ -252,6 +346,18 @@ async def run(args: argparse.Namespace, base: str, token: str, out: dict[str, An
             # steady stream of clients would get through.
             out["concurrent"]["pairs_per_s"] = round(len(concurrent.release_ms) / pairs_wall, 1)
             out["concurrent"]["baseline_gets_per_s"] = round(len(concurrent.get_ms) / gets_wall, 1)
+            # The load generator (this process, aiohttp) shares the two cores with the
+            # service: its CPU inside the pair bursts, beside the service processes' own
+            # (uvicorn: the supervisor and its workers; the controller: its own threads and
+            # the sandboxes alive through a whole burst, not the replacements it started).
+            out["concurrent"]["pair_bursts_cpu_s"] = {
+                "wall_s": round(pairs_wall, 3),
+                "load_generator": round(client_cpu, 3),
+                "service_process_trees": {
+                    name: round(server_cpu[str(pid)], 3)
+                    for name, pid in zip(out["processes"], pids, strict=True)
+                },
+            }
 
             serial = Phase()
             out["serial_window"] = [time.time()]
@@ -300,7 +406,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="concurrent rounds")
     parser.add_argument("--serial", type=int, default=30, help="one-client acquires")
     parser.add_argument("--egress", choices=("deny", "allow"), default="deny")
-    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne")
+    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="uvicorn")
+    parser.add_argument("--workers", type=int, default=2, help="ASGI worker processes (split)")
+    parser.add_argument(
+        "--layout",
+        choices=("split", "single"),
+        default="split",
+        help="split: manage.py run_controller + the server's workers; single: one process",
+    )
     parser.add_argument(
         "--settings",
         default="auto",
@@ -358,7 +471,14 @@ def main() -> int:
         "benchmark": "acquire_latency",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "database": database,
-        "server": f"{args.server} (one process, controller inside), loopback",
+        "server": (
+            f"{args.server} --workers {args.workers} + manage.py run_controller "
+            "(split processes over SANDMAN_CONTROLLER_SOCKET), loopback"
+            if args.layout == "split"
+            else f"{args.server} (one process, controller inside), loopback"
+        ),
+        "layout": args.layout,
+        "workers": args.workers if args.layout == "split" else 1,
         "settings": args.settings,
         "debug": False,  # SANDMAN_DEBUG=0 (production forces DEBUG off)
         "backend": env.get("SANDMAN_BACKEND", "local"),
@@ -384,9 +504,26 @@ def main() -> int:
         "note": "latencies are client-side (request sent to answer read) on the same 2-core "
         "host as the server; the server's replacement creates run during the rounds",
     }
-    service = Service(env, port, tmp / "server.log", args.server)
+    if args.layout == "single":
+        args.workers = 1
+    if args.server == "uvicorn":  # what uvicorn's "auto" loop and HTTP parser pick here
+        probe = (
+            "import importlib.util as u; "
+            "print(bool(u.find_spec('uvloop')), bool(u.find_spec('httptools')))"
+        )
+        found = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        out["uvicorn"] = {
+            "loop": "uvloop" if found[0] == "True" else "asyncio",
+            "http": "httptools" if found[1] == "True" else "h11",
+        }
+    service = Service(
+        env, port, tmp / "server.log", args.server, args.workers, args.layout == "split"
+    )
     try:
-        asyncio.run(run(args, f"http://127.0.0.1:{port}", token, out))
+        out["processes"] = ["controller", args.server] if args.layout == "split" else [args.server]
+        asyncio.run(run(args, f"http://127.0.0.1:{port}", token, out, service.pids()))
     finally:
         service.stop()
     out.update(create_to_ready(env, out.get("serial_window", [0.0])))
@@ -407,6 +544,7 @@ def main() -> int:
         if args.settings.endswith(".dev")
         else f"{database}/{args.settings.rsplit('.', 1)[-1]}"
     )
+    key += f"/{args.server}-{args.layout}-{args.workers}w"  # earlier runs keep their keys
     document = merged(args.out, key, out)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(json.dumps(out, indent=2))
@@ -457,10 +595,12 @@ def merged(path: Path, database: str, run: dict[str, Any]) -> dict[str, Any]:
     return {
         "benchmark": "acquire_latency",
         "reading": (
-            "Every concurrent request of a burst queues in ONE Python process on 2 cores: "
-            "read concurrent.acquire_ms beside concurrent.baseline_get_job_ms (a trivial "
-            "authenticated GET in the same kind of burst, same run) and beside "
-            "acquire_server_wait_ms (the controller's own time, before the hand-out write)."
+            "Read concurrent.acquire_ms beside concurrent.baseline_get_job_ms (a trivial "
+            "authenticated GET in the same kind of burst, same run: the web side alone) and "
+            "beside acquire_server_wait_ms (the controller's own time, before the hand-out "
+            "write). Runs keyed .../<server>-split-<N>w have the controller in its own "
+            "process and N web workers; -single-1w and the older keys, one process. "
+            "Everything, the 64-client load generator included, shares the same 2 cores."
         ),
         "targets": run["targets"],
         "runs": {name: runs[name] for name in sorted(runs)},

@@ -6,7 +6,8 @@ the controller's Lease (the Kubernetes backend with ``SANDMAN_LEADER_ELECTION`` 
 Rules a reader must not break:
 
 * The wiring is installed before the process-wide controller is first built, whether or
-  not it autostarts (``wiring.install``).
+  not it autostarts (``wiring.install``). With split processes
+  (``SANDMAN_CONTROLLER_SOCKET``) only ``manage.py run_controller`` starts a controller.
 * An orderly stop (SIGTERM, SIGINT) resigns the Lease while the process still accepts
   work (Daphne: a Twisted "before shutdown" trigger, run in a thread the reactor waits
   for), never from ``atexit``: by then no executor takes new work, and the controller's
@@ -35,16 +36,22 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 
 
-def start_controller_once() -> None:
+def start_controller_once(*, here: bool = False) -> None:
+    """Start this process's controller if the settings say so; ``here``: whatever they say
+    (``manage.py run_controller``). A web worker of split processes
+    (``SANDMAN_CONTROLLER_SOCKET`` set) never starts one: the controller process runs it."""
     wiring.install()
-    if not settings.SANDMAN_CONTROLLER_AUTOSTART:
+    if not here and (
+        not settings.SANDMAN_CONTROLLER_AUTOSTART or settings.SANDMAN_CONTROLLER_SOCKET
+    ):
         return
     with _lock:
         if election_wanted(settings):
             if election.current() is None:
                 elector = build_elector(settings, on_started=_start_controller, on_stopped=_exit)
                 election.set_current(elector)
-                on_server_stop(_resign)
+                if not here:  # run_controller resigns from its own signal handling
+                    on_server_stop(_resign)
                 elector.start()
             return
         _start_controller()
@@ -144,6 +151,16 @@ def _resign() -> None:
     elector = election.current()
     if elector is not None:
         elector.resign(_stop_work)
+
+
+def stop_service() -> None:
+    """An orderly stop of what this process runs (``manage.py run_controller``): with an
+    elector, its resign (work stopped first, then the Lease released by a holder; a
+    standby ends its candidacy); without one, the grading runner and the controller."""
+    if election.current() is not None:
+        _resign()
+    else:
+        _stop_work()
 
 
 def _exit() -> None:

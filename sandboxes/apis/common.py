@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.views import APIView
 
 from sandboxes.addresses import AddressFloorReached
-from sandboxes.controller import Controller, PrewarmKey, get_controller
+from sandboxes.controller import Controller, PrewarmKey, RemoteController, get_controller
 from sandboxes.quantities import (
     QuantityError,
     format_bytes,
@@ -152,9 +153,19 @@ def check_image(image: str, base_commit: str | None) -> None:
         raise UnknownImage(f"Unknown image {image!r}{at}: the backend cannot start it.")
 
 
-def controller() -> Controller:
-    """The process-wide controller (built on first use, never at URL loading)."""
-    return get_controller()
+_remote: RemoteController | None = None
+
+
+def controller() -> Controller | RemoteController:
+    """The process-wide controller (built on first use, never at URL loading); in a web
+    worker of split processes (``SANDMAN_CONTROLLER_SOCKET``), the controller process."""
+    global _remote
+    path = settings.SANDMAN_CONTROLLER_SOCKET
+    if not path:
+        return get_controller()
+    if _remote is None or _remote.path != path:
+        _remote = RemoteController(path)
+    return _remote
 
 
 def prewarm_key(**fields: Any) -> PrewarmKey:

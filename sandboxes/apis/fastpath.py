@@ -6,7 +6,7 @@ hop twice more. ``hot_routes(app)`` wraps the Django ASGI app and answers, witho
 Django's handler, exactly the requests whose every check can be made from memory:
 
 * ``POST /api/v1/jobs/<id>/acquire/`` and ``POST /api/v1/sandboxes/<id>/release/``,
-* with ``Authorization: Token <key>`` of a token ``access`` already knows,
+* with ``Authorization: Token <key>`` of a token ``access`` knows (or has just read),
 * on a job (or a sandbox this process handed out) the caller may see,
 * with a JSON object body that the view's own ``InputSerializer`` accepts (and, for an
   acquire, no ``base_commit``: resolving one runs git), without an ``Idempotency-Key``
@@ -26,7 +26,12 @@ Invariants a reader must not break:
 * What Django's middleware would do is done or declined: a Host outside ALLOWED_HOSTS
   goes to Django (its 400); the security headers come from the same settings; with an
   HTTPS redirect or HSTS configured there is no fast path at all.
-* No database access here: the request path reads only ``access``'s maps.
+* The route decides from ``access``'s maps only. A miss is filled first (``_prime``) by
+  the reads the views themselves make (the token and its user, the job's owner; in a
+  request thread) or, for a sandbox another web worker handed out, by the controller's
+  books; a failed fill changes nothing and Django answers. So a token read more than
+  ``token_ttl_s()`` ago costs one token read here, not a trip through Django, and a
+  revoked token still stops working within that TTL.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 from rest_framework.renderers import JSONRenderer
 
 from sandboxes.apis import access
@@ -104,6 +111,7 @@ def hot_routes(app: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[N
         replay = _replayed(messages, receive)
         call = None
         if complete:
+            await _prime(scope)
             try:
                 call = route(scope, body)
             except Exception:  # a surprise before any effect: Django answers instead
@@ -147,6 +155,44 @@ def _route(scope: Scope) -> Callable[[Scope, bytes], Call | None] | None:
 
 
 # --- the two routes: checks from memory, then one controller call ---------------------------
+
+
+async def _prime(scope: Scope) -> None:
+    """Fill ``access``'s maps on a miss, before the route decides from them: the token (and
+    its user) and the job's owner by the same reads the views make (a request thread), and
+    a sandbox's job from the controller's books (a sandbox handed out by another web
+    worker). Any failure leaves the maps as they were, and the route then sends the
+    request to Django, whose view gives its own answer (401, 404, 503)."""
+    headers = dict(scope.get("headers") or [])
+    parts = headers.get(b"authorization", b"").split()
+    if len(parts) != 2 or parts[0].lower() != b"token" or b"idempotency-key" in headers:
+        return
+    key = parts[1].decode("ascii", "replace")
+    path = scope.get("path", "")
+    try:
+        user = access.cached_token_user(key)
+        if user is None:
+            user, _ = await access.token_user(key)
+        acquire = _ACQUIRE.match(path)
+        if acquire is not None:
+            job_id = int(acquire.group(1))
+            if access.job_visible_cached(user=user, job_id=job_id) is None:
+                await access.check_job(user=user, job_id=job_id)
+            return
+        release = _RELEASE.match(path)
+        if release is not None:
+            sandbox_id = int(release.group(1))
+            if access.sandbox_visible_cached(user=user, sandbox_id=sandbox_id) is None:
+                from sandboxes.apis.common import controller
+
+                owner_job = await controller().ajob_of_in_use(sandbox_id=sandbox_id)
+                if owner_job is not None:
+                    if access.job_visible_cached(user=user, job_id=owner_job) is None:
+                        await access.check_job(user=user, job_id=owner_job)
+                    access.remember_sandbox(sandbox_id=sandbox_id, job_id=owner_job)
+    except Exception:  # refused or unreachable: Django answers, from its own reads
+        log.debug("fast path could not prime %s", path, exc_info=True)
+        await sync_to_async(close_old_connections, thread_sensitive=True)()
 
 
 def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:

@@ -289,6 +289,22 @@ class Controller:
     def drain(self, *, job_id: int) -> None:
         self._call(lambda p: p.drainer.drain(job_id=job_id))
 
+    async def aprewarm(self, *, job_id: int, keys: list[PrewarmKey]) -> None:
+        await self._acall(lambda p: p.releaser.prewarm(job_id=job_id, keys=list(keys)))
+
+    async def adrain(self, *, job_id: int) -> None:
+        await self._acall(lambda p: p.drainer.drain(job_id=job_id))
+
+    async def ajob_of_in_use(self, *, sandbox_id: int) -> int | None:
+        """The job of a sandbox this controller handed out and has not taken back, from its
+        books (no query); None if it is not in use here. A sandbox's job never changes."""
+        return await self._acall(lambda p: _job_of_in_use(p, sandbox_id))
+
+    async def astats(self) -> dict[str, Any]:
+        if not self.started:
+            return {"started": False, "cluster_queue": 0, "jobs": {}}
+        return await self._acall(lambda p: p.stats())
+
     # -- operations for tests, commands and /metrics ------------------------------------------
     def run_maintenance(self) -> dict[str, int]:
         """One round of idle trim, lifetime reclaim, delete retries, warm fill, drained check."""
@@ -355,10 +371,14 @@ class Controller:
             raise ControllerUnavailable("the controller did not answer in time") from exc
 
     async def _acall(self, work: Callable[[Parts], Coroutine[Any, Any, T]]) -> T:
-        """Run ``work(parts)`` on the loop and await it from another event loop."""
+        """Run ``work(parts)`` on the loop and await it from another event loop, or
+        directly when the caller already runs on the controller's loop (the web workers'
+        RPC server, ``rpc.py``): no hop between threads, so no wait for the GIL."""
         parts = self._parts
         if not self.started or parts is None or self._stopping:
             raise ControllerUnavailable("the sandbox controller is not running")
+        if asyncio.get_running_loop() is parts.state.loop:
+            return await parts.tasks.tracked(work(parts))
         future = asyncio.run_coroutine_threadsafe(
             parts.tasks.tracked(work(parts)), parts.state.loop
         )
@@ -367,6 +387,13 @@ class Controller:
         except asyncio.CancelledError:
             future.cancel()
             raise
+
+
+async def _job_of_in_use(parts: Parts, sandbox_id: int) -> int | None:
+    for job_id, rt in parts.state.runtimes.items():
+        if sandbox_id in rt.pool.in_use:
+            return job_id
+    return None
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:

@@ -49,9 +49,10 @@ async def post(
     raw: bytes | None = None,
     host: str = "testserver",
     leave: bool = False,
+    extra: list[tuple[bytes, bytes]] = (),
 ):
     content = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
-    headers = [(b"host", host.encode()), (b"authorization", f"Token {token}".encode())]
+    headers = [(b"host", host.encode()), (b"authorization", f"Token {token}".encode()), *extra]
     if content:
         headers.append((b"content-type", b"application/json"))
     scope = {
@@ -129,9 +130,16 @@ async def test_a_known_callers_acquire_and_release_skip_django_with_the_views_an
     fast = hot_routes(app)
     acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
     body = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
-    status, django_headers, first = await post(fast, acquire, trainer["token"], body)
+    keyed = [(b"idempotency-key", b"fast-1")]  # a keyed call is the view's (it records it)
+    status, django_headers, keyed_answer = await post(
+        fast, acquire, trainer["token"], body, extra=keyed
+    )
+    assert status == 200, keyed_answer
+    assert app.paths == [acquire]
+    access.clear()  # the token, the job's owner and the sandbox are unknown again
+    status, _, first = await post(fast, acquire, trainer["token"], body)
     assert status == 200, first
-    assert app.paths == [acquire]  # an unknown token: Django answered (and now knows it)
+    assert app.paths == [acquire]  # read the token and the job's owner, then the fast path
     release = f"/api/v1/sandboxes/{first['sandbox_id']}/release/"
     status, fast_headers, released = await post(fast, release, trainer["token"])
     assert (status, released) == (200, {"sandbox_id": first["sandbox_id"], "released": True})
@@ -139,7 +147,11 @@ async def test_a_known_callers_acquire_and_release_skip_django_with_the_views_an
     assert status == 200, second
     assert set(second) == set(first) >= {"sandbox_id", "address", "token", "source", "wait_ms"}
     assert second["sandbox_id"] != first["sandbox_id"]
-    assert app.paths == [acquire]  # release and second acquire: the fast path alone
+    # The keyed call's sandbox, unknown to this process's map: its job from the controller.
+    access.forget_sandbox(keyed_answer["sandbox_id"])
+    other = f"/api/v1/sandboxes/{keyed_answer['sandbox_id']}/release/"
+    assert (await post(fast, other, trainer["token"]))[0] == 200
+    assert app.paths == [acquire]  # every call after the keyed one: the fast path alone
     assert {k: v for k, v in fast_headers.items() if k != "content-length"} == {
         k: v for k, v in django_headers.items() if k != "content-length"
     }

@@ -200,6 +200,10 @@ SANDMAN_CLUSTER_CREATE_RATE = env_float("SANDMAN_CLUSTER_CREATE_RATE", 50.0)
 SANDMAN_CLUSTER_CREATE_BURST = env_int("SANDMAN_CLUSTER_CREATE_BURST", 100)
 # Start the controller (pool, reconciliation, sweeps) inside this process.
 SANDMAN_CONTROLLER_AUTOSTART = env_bool("SANDMAN_CONTROLLER_AUTOSTART", True)
+# Split processes (architecture §3.1): the controller runs in `manage.py run_controller`,
+# listening on this Unix socket; ASGI worker processes with it set start no controller and
+# send acquires, releases, prewarms and drains there. Empty: the controller runs in-process.
+SANDMAN_CONTROLLER_SOCKET = env_str("SANDMAN_CONTROLLER_SOCKET", "")
 # Replicas on Kubernetes: the one holding this coordination.k8s.io/v1 Lease runs the
 # controller (sandman_site/election.py); never on the local backend.
 SANDMAN_LEADER_ELECTION = env_bool("SANDMAN_LEADER_ELECTION", True)

@@ -120,3 +120,84 @@ class Api:
                 return answer.status, json.loads(answer.read() or b"null")
         except urllib.error.HTTPError as refused:
             return refused.code, json.loads(refused.read() or b"null")
+
+
+class SplitService:
+    """The production layout of split processes (architecture §3.1) as direct children:
+    ``manage.py run_controller`` on a Unix socket, then ``uvicorn --workers N`` whose
+    workers call it. ``kill_workers()`` SIGKILLs every web worker (uvicorn's supervisor
+    starts new ones); ``stop()`` stops the server, then the controller, and waits."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, *, workers: int = 2) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = (log_dir / "split.log").open("w+")
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
+            "SANDMAN_SECRET_KEY": settings.SECRET_KEY,
+            "DATABASE_URL": replica_database_url(),
+            "SANDMAN_DB_POOL_MIN": "1",
+            "SANDMAN_LOG_LEVEL": "WARNING",
+            "SANDMAN_CONTROLLER_SOCKET": str(log_dir / "controller.sock"),
+            **env,
+        }
+        self.controller = subprocess.Popen(
+            [sys.executable, "manage.py", "run_controller"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
+        self.server: subprocess.Popen[bytes] | None = None
+        assert self.controller.stdout is not None
+        if b"listening" not in self.controller.stdout.readline():  # once reconciled
+            self.stop()
+            raise RuntimeError(f"the controller process did not start: {self.output()}")
+        argv = ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(self.port)]
+        argv += ["--workers", str(workers), "--log-level", "warning"]
+        self.server = subprocess.Popen(
+            [sys.executable, *argv, "sandman_site.asgi:application"],
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-4000:]
+
+    def workers(self) -> list[int]:
+        """The web worker processes' pids (the uvicorn supervisor's spawned children; not
+        multiprocessing's resource tracker)."""
+        assert self.server is not None
+        children = Path(f"/proc/{self.server.pid}/task/{self.server.pid}/children")
+        workers = []
+        for pid in children.read_text().split():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue  # ended meanwhile
+            if b"spawn_main" in cmdline:
+                workers.append(int(pid))
+        return workers
+
+    def kill_workers(self) -> list[int]:
+        killed = self.workers()
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)  # the supervisor reaps and replaces them
+        return killed
+
+    def stop(self) -> None:
+        for proc in (self.server, self.controller):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if self.controller.stdout is not None:
+            self.controller.stdout.close()
+        self.log.close()
