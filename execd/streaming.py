@@ -47,7 +47,8 @@ DATA = (OUTPUT, STDERR)  # the kinds that carry command output; the others end a
 MAX_FINAL_BYTES = 64 << 20  # a final frame is JSON of a capped answer
 MAX_OUTPUT_FRAME = 16 << 20  # the daemon sends at most one 1 MiB read per frame
 
-_HEAD = re.compile(rb"\A([osxe]) (0|[1-9][0-9]{0,9})\n")
+_HEAD = re.compile(rb"([osxe]) (0|[1-9][0-9]{0,9})\n")  # matched at a frame's start
+_KINDS = {k.encode(): k for k in (OUTPUT, STDERR, FINAL, ERROR)}
 Chunk = Union[bytes, bytearray, memoryview]
 HOLD_S = 0.002  # output frames wait this long for more output or the final frame
 HOLD_BYTES = 64 << 10  # ... or until this much is held
@@ -107,17 +108,19 @@ class StreamDecoder:
                         raise StreamError("malformed frame header %r" % data[pos : pos + 16])
                     self._head = data[pos:]
                     break
-                m = _HEAD.match(data[pos : end + 1])
+                m = _HEAD.match(data, pos, end + 1)
                 if m is None:
                     raise StreamError("malformed frame header %r" % data[pos : end + 1])
-                self._kind = m.group(1).decode("ascii")
-                self._need = int(m.group(2))
-                limit = MAX_OUTPUT_FRAME if self._kind in DATA else MAX_FINAL_BYTES
-                if self._need > limit:
-                    raise StreamError(
-                        "a %r frame of %d bytes is too long" % (self._kind, self._need)
-                    )
+                kind, need = _KINDS[m.group(1)], int(m.group(2))
+                if need > (MAX_OUTPUT_FRAME if kind in DATA else MAX_FINAL_BYTES):
+                    raise StreamError("a %r frame of %d bytes is too long" % (kind, need))
                 pos = end + 1
+                if need <= n - pos:  # the whole frame is in this read: no parts to join
+                    events.append(Event(kind, data[pos : pos + need]))
+                    pos += need
+                    self.finished = kind not in DATA
+                    continue
+                self._kind, self._need = kind, need
             take = min(self._need, n - pos)
             if take:
                 self._parts.append(data if take == n else data[pos : pos + take])
@@ -249,11 +252,15 @@ def send_all(sock: Any, parts: List[Chunk]) -> None:
 
 
 class ChunkedAnswer:
-    """A ``200`` chunked answer written through ``write`` (``send_all`` on the connection's
+    """A ``200`` stream answer written through ``write`` (``send_all`` on the connection's
     socket); the head goes out with the first write, so a refusal before any frame is
     still plain JSON. Frames ``send`` gives are held until ``flush`` or ``finish``, which
     write all held frames as one HTTP chunk in one socket write (``finish`` with the final
-    frame and the chunked terminator)."""
+    frame and the chunked terminator). Always chunked, even when the whole answer is
+    ready at its first write: a ``Content-Length`` body would spare the client's chunk
+    parsing (~2 us), but http.client's ``read1`` never marks such a response finished
+    (it stops at length 0 without closing), so a client's ``read1`` loop - the way to
+    read a stream as it comes - would leave its keep-alive connection unusable."""
 
     def __init__(
         self,
@@ -273,12 +280,10 @@ class ChunkedAnswer:
         self.sent_bytes = 0
 
     def _head(self) -> bytes:
-        lines = [
-            "HTTP/1.1 200 OK",
-            "Content-Type: " + CONTENT_TYPE,
-            "Transfer-Encoding: chunked",
-            "Cache-Control: no-store",
-        ] + list(self._headers)
+        # (no Cache-Control: caches do not store an answer to a POST without explicit
+        # freshness, RFC 9111 section 3, and each header costs every client a parse)
+        lines = ["HTTP/1.1 200 OK", "Content-Type: " + CONTENT_TYPE, "Transfer-Encoding: chunked"]
+        lines += self._headers
         if self._close:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
@@ -287,7 +292,8 @@ class ChunkedAnswer:
         """One frame, given as buffers, held for the next write."""
         self.started = True
         self._held += frame_parts
-        self.held += sum(len(p) for p in frame_parts)
+        for p in frame_parts:
+            self.held += len(p)
 
     def flush(self, last: bool = False) -> None:
         """Write the held frames as one HTTP chunk (``last``: then the terminator) in one
