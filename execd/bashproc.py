@@ -135,12 +135,9 @@ _DRIVE = (
 )
 # ``isolate``: the same file sourced in a subshell, which sees the shell's variables,
 # functions and cwd but cannot change them; ``exit`` or ``set -e`` ends the subshell only.
-# The subshell sets its fds with ``exec`` itself: redirections on ``( )`` would be made,
-# saved and restored by the shell around the fork (~20 fd calls on the critical path).
-_REDIRECTS = "2>&$__sm_2 <&42 40>&- 42>&- 43>&-"
 _DRIVE_ISOLATED = _DRIVE.replace(
-    r"""\builtin source "$__sm_d/command" """ + _REDIRECTS,
-    r"""( \builtin exec """ + _REDIRECTS + r"""; \builtin source "$__sm_d/command" )""",
+    r"""\builtin source "$__sm_d/command" 2>&$__sm_2""",
+    r"""( \builtin source "$__sm_d/command" ) 2>&$__sm_2""",
 )
 
 # Test hook only (--test-hooks): the status fd stays open inside the command,
