@@ -1,7 +1,8 @@
 """execd latency benchmark: ``echo hi`` through execd vs a fresh bash per call.
 
 Runs, in one process and side by side (interleaved: every round runs a block of each
-kind, the kinds' order rotating from round to round, so machine load hits all alike):
+kind in a freshly shuffled order, so machine load and the previous call's traces in
+caches and run queues hit all kinds alike):
 - N ``POST /exec {"command": "echo hi"}`` over ONE keep-alive HTTP connection
   (token check and syntax check included, as in production);
 - N ``subprocess.run(["bash", "-c", "echo hi"])``, the fork-per-command baseline.
@@ -26,6 +27,7 @@ import http.client
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -264,6 +266,7 @@ def main() -> dict[str, Any]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--block", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=14, help="of the per-round shuffle")
     ap.add_argument("--mib-calls", type=int, default=50)
     ap.add_argument("--stream-runs", type=int, default=5)
     ap.add_argument("--out", default=OUT, help="where the JSON goes")
@@ -292,14 +295,15 @@ def main() -> dict[str, Any]:
                 ),
             }
             times: dict[str, list[float]] = {k: [] for k in kinds}
-            names = list(kinds)
-            rounds = 0
+            order = list(kinds)
+            rng = random.Random(args.seed)
             while len(times["execd"]) < args.calls:
-                shift = rounds % len(names)  # rotate: no kind always follows the same one
-                for name in names[shift:] + names[:shift]:
+                # a fresh order each round: a rotation would keep each kind behind the same
+                # neighbour (the plain call always after the bash -c fork and exec)
+                rng.shuffle(order)
+                for name in order:
                     for _ in range(min(args.block, args.calls - len(times[name]))):
                         times[name].append(timed(kinds[name]))
-                rounds += 1
             execd_t, iso_t, str_t, base_t = (
                 times[k] for k in ("execd", "isolate", "stream", "bash_c")
             )
@@ -330,7 +334,7 @@ def main() -> dict[str, Any]:
         "machine": dict(info, loadavg_at_end=list(os.getloadavg())),
         "method": (
             f"{args.calls} calls of each kind in rounds of {args.block} per kind, the kinds' "
-            "order rotating each round, after 100 warm-up rounds; execd: "
+            f"order shuffled each round (seed {args.seed}), after 100 warm-up rounds; execd: "
             'POST /exec {"command": "echo hi"} over one keep-alive '
             "http.client connection, token and syntax check included, client-side "
             'wall time; baseline: subprocess.run(["bash", "-c", "echo hi"], '
