@@ -21,18 +21,18 @@ Invariants:
 
 import logging
 import os
+import select
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .bashproc import BashProcess
-from .exchange import exchange
-from .frames import OutputCapture
+from .frames import FrameError, FrameParser, OutputCapture
 from .outcome import Busy, Outcome, classify, join, shell_death
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
 from .streaming import Sink, captures_for
-from .timeouts import interrupt
+from .timeouts import Timeout, interrupt
 
 if TYPE_CHECKING:  # names used in annotations only
     from .reaper import Reaper
@@ -249,7 +249,7 @@ class Shell:
                 outcome = Outcome()
                 outcome.died = True
             else:
-                outcome = exchange(
+                outcome = self._exchange(
                     proc,
                     marker,
                     started + timeout_s,
@@ -257,9 +257,6 @@ class Shell:
                     capture,
                     int(hooks.get("status_read_size") or 4096),
                     errors,
-                    self.tracker,
-                    self.kill_grace,
-                    self.clock,
                 )
         finally:
             with self._current_lock:
@@ -272,6 +269,77 @@ class Shell:
             # starts: let that be this no-op, whose output nobody sees.
             self._run_locked(":", 5.0, "", {})
         return result
+
+    def _exchange(
+        self,
+        proc: BashProcess,
+        marker: str,
+        deadline: float,
+        since: int,
+        capture: OutputCapture,
+        read_size: int,
+        errors: Optional[OutputCapture] = None,
+    ) -> Outcome:
+        """Drain output (stderr into ``errors``, or dropped) until the frame, death or deadline."""
+        out = Outcome()
+        parser = FrameParser(marker)
+        fds = [proc.out_r, proc.status_r, proc.err_r]
+        fds += [proc.pidfd] if proc.pidfd is not None else []
+        timeout = None  # type: Optional[Timeout]
+        while True:
+            now = self.clock()
+            if timeout is None and now >= deadline:
+                out.timed_out = True
+                timeout = Timeout(
+                    self.tracker, self.kill_grace, self.clock, proc.pid, marker, since, now
+                )
+            wait = (deadline if timeout is None else timeout.next_step) - now
+            if proc.pidfd is None:
+                wait = min(wait, 0.05)  # no pidfd: poll for the shell's death
+            if capture.due is not None:  # held stream frames: out by then, or with the frame
+                wait = min(wait, capture.due - now)
+            ready = select.select(fds, [], [], max(wait, 0.0))[0]
+            if proc.out_r in ready:
+                proc.read_output(capture)
+            if proc.err_r in ready:
+                proc.read_output(errors, fd=proc.err_r)
+            status_eof = False
+            if proc.status_r in ready:
+                data = os.read(proc.status_r, read_size)
+                status_eof = not data
+                try:
+                    out.frame = parser.feed(data) if data else None
+                except FrameError as e:
+                    out.frame_error = str(e)
+                    break
+            if out.frame is None and (
+                status_eof
+                or (proc.pidfd in ready if proc.pidfd is not None else proc.poll_exit() is not None)
+            ):
+                try:  # the shell is gone: a frame it completed may still be unread
+                    rest = proc.status_pending()
+                    out.frame = parser.feed(os.read(proc.status_r, rest)) if rest else None
+                except FrameError as e:
+                    out.frame_error = str(e)
+                    break
+                if out.frame is None:
+                    proc.read_pending(capture)
+                    proc.read_pending(errors, proc.err_r)
+                    out.died = True
+                    out.frame_error = parser.describe_incomplete() if parser.buf else None
+                    break
+            if out.frame is not None:
+                proc.read_pending(capture)
+                proc.read_pending(errors, proc.err_r)
+                break
+            if capture.due is not None and self.clock() >= capture.due:
+                capture.flush()
+            if timeout is not None and timeout.step(self.clock()):
+                out.gave_up = True
+                break
+        if timeout is not None:
+            out.killed = sorted(timeout.signalled) if out.gave_up else timeout.finish()
+        return out
 
     def _result(
         self,
