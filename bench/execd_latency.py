@@ -1,20 +1,24 @@
 """execd latency benchmark: ``echo hi`` through execd vs a fresh bash per call.
 
-Runs, in one process and side by side (interleaved blocks, so machine load
-hits both alike):
+Runs, in one process and side by side (interleaved: every round runs a block of each
+kind in a freshly shuffled order, so machine load and the previous call's traces in
+caches and run queues hit all kinds alike):
 - N ``POST /exec {"command": "echo hi"}`` over ONE keep-alive HTTP connection
   (token check and syntax check included, as in production);
 - N ``subprocess.run(["bash", "-c", "echo hi"])``, the fork-per-command baseline.
 - N ``echo hi`` with ``isolate: true`` (issue 14), interleaved with the plain calls.
 - N ``echo hi`` with ``stream: true`` (issue 14), read and decoded frame by frame as the
   trainer client does, interleaved with the plain calls.
+- N ``echo hi`` and N ``( echo hi )`` sent to a bare persistent bash (job control on, as
+  execd's; an end marker on its own pipe), the second baseline of ``isolate``: what one
+  fork of a bash costs here without execd around it.
 Also reports the RSS of an idle execd, the latency of a 1 MiB answer, and a 100 MiB
 streamed output: its rate to the client and execd's peak RSS meanwhile (VmHWM after
 resetting it through /proc/PID/clear_refs, plus VmRSS sampled every 10 ms), beside a
 ``bash -c`` whose pipe the benchmark drains itself.
 
 Writes bench/results/execd_latency.json and prints it.
-Usage: python bench/execd_latency.py [--calls 1000] [--block 50]
+Usage: python bench/execd_latency.py [--calls 1000] [--block 1]
 """
 
 import argparse
@@ -23,6 +27,7 @@ import http.client
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -140,6 +145,41 @@ class Execd:
         self.proc.wait(30)
 
 
+class BareBash:
+    """A persistent ``bash --noprofile --norc`` with ``set -m`` (as execd's shell), fed
+    lines on stdin; each line ends by writing a marker to fd 3, which we read."""
+
+    def __init__(self) -> None:
+        self.marker_r, marker_w = os.pipe()
+        self.proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(marker_w,),
+            bufsize=0,
+            start_new_session=True,
+        )
+        os.close(marker_w)
+        self.send(f"exec 3>&{marker_w} {marker_w}>&-; set -m")
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write((line + "; printf 'E\\n' >&3\n").encode())  # type: ignore[union-attr]
+        got = b""
+        while not got.endswith(b"E\n"):
+            got += os.read(self.marker_r, 64)
+
+    def run(self, command: str) -> None:
+        self.send(command)
+        out = os.read(self.proc.stdout.fileno(), 64)  # type: ignore[union-attr]  # before the marker
+        assert out == b"hi\n", out
+
+    def stop(self) -> None:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        self.proc.wait(30)
+        os.close(self.marker_r)
+
+
 def timed(fn: Callable[[], Any]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -225,7 +265,8 @@ def machine() -> dict[str, Any]:
 def main() -> dict[str, Any]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1000)
-    ap.add_argument("--block", type=int, default=50)
+    ap.add_argument("--block", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=14, help="of the per-round shuffle")
     ap.add_argument("--mib-calls", type=int, default=50)
     ap.add_argument("--stream-runs", type=int, default=5)
     ap.add_argument("--out", default=OUT, help="where the JSON goes")
@@ -233,32 +274,39 @@ def main() -> dict[str, Any]:
     info = machine()
     with tempfile.TemporaryDirectory(prefix="execd-bench-") as tmp:
         d = Execd(tmp)
+        bare = BareBash()
         try:
             for _ in range(100):  # warm-up: code paths, page cache, the shell
                 d.exec("echo hi")
+                d.exec("echo hi", isolate=True)
+                d.stream("echo hi")
+                bare.run("echo hi")
+                bare.run("( echo hi )")
                 subprocess.run(["bash", "-c", "echo hi"], capture_output=True, check=True)
             idle = status_kib(d.proc.pid)
-            for _ in range(100):
-                d.stream("echo hi")
-            execd_t: list[float] = []
-            base_t: list[float] = []
-            iso_t: list[float] = []
-            str_t: list[float] = []
-            while len(execd_t) < args.calls:
-                for _ in range(min(args.block, args.calls - len(execd_t))):
-                    execd_t.append(timed(lambda: d.exec("echo hi")))
-                for _ in range(min(args.block, args.calls - len(iso_t))):
-                    iso_t.append(timed(lambda: d.exec("echo hi", isolate=True)))
-                for _ in range(min(args.block, args.calls - len(str_t))):
-                    str_t.append(timed(lambda: d.stream("echo hi")))
-                for _ in range(min(args.block, args.calls - len(base_t))):
-                    base_t.append(
-                        timed(
-                            lambda: subprocess.run(
-                                ["bash", "-c", "echo hi"], capture_output=True, check=True
-                            )
-                        )
-                    )
+            kinds: dict[str, Callable[[], Any]] = {
+                "execd": lambda: d.exec("echo hi"),
+                "isolate": lambda: d.exec("echo hi", isolate=True),
+                "stream": lambda: d.stream("echo hi"),
+                "bare_echo": lambda: bare.run("echo hi"),
+                "bare_subshell": lambda: bare.run("( echo hi )"),
+                "bash_c": lambda: subprocess.run(
+                    ["bash", "-c", "echo hi"], capture_output=True, check=True
+                ),
+            }
+            times: dict[str, list[float]] = {k: [] for k in kinds}
+            order = list(kinds)
+            rng = random.Random(args.seed)
+            while len(times["execd"]) < args.calls:
+                # a fresh order each round: a rotation would keep each kind behind the same
+                # neighbour (the plain call always after the bash -c fork and exec)
+                rng.shuffle(order)
+                for name in order:
+                    for _ in range(min(args.block, args.calls - len(times[name]))):
+                        times[name].append(timed(kinds[name]))
+            execd_t, iso_t, str_t, base_t = (
+                times[k] for k in ("execd", "isolate", "stream", "bash_c")
+            )
             mib_t: list[float] = []
             mib_base_t: list[float] = []
             answer = d.exec(ONE_MIB_CMD)
@@ -275,14 +323,19 @@ def main() -> dict[str, Any]:
             after = status_kib(d.proc.pid)
         finally:
             d.stop()
+            bare.stop()
     ex, base, iso, st = summary(execd_t), summary(base_t), summary(iso_t), summary(str_t)
+    bare_echo, bare_sub = summary(times["bare_echo"]), summary(times["bare_subshell"])
+    fork_p50 = bare_sub["p50_ms"] - bare_echo["p50_ms"]
+    iso_extra_p50 = iso["p50_ms"] - ex["p50_ms"]
     result = {
         "benchmark": "execd_latency",
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": dict(info, loadavg_at_end=list(os.getloadavg())),
         "method": (
-            f"{args.calls} calls each, interleaved in blocks of {args.block} after 100 warm-up "
-            'calls; execd: POST /exec {"command": "echo hi"} over one keep-alive '
+            f"{args.calls} calls of each kind in rounds of {args.block} per kind, the kinds' "
+            f"order shuffled each round (seed {args.seed}), after 100 warm-up rounds; execd: "
+            'POST /exec {"command": "echo hi"} over one keep-alive '
             "http.client connection, token and syntax check included, client-side "
             'wall time; baseline: subprocess.run(["bash", "-c", "echo hi"], '
             "capture_output=True)"
@@ -299,6 +352,16 @@ def main() -> dict[str, Any]:
             "execd_isolate": iso,
             "over_plain_p50": round(iso["p50_ms"] / ex["p50_ms"] - 1.0, 3),
             "over_plain_mean": round(iso["mean_ms"] / ex["mean_ms"] - 1.0, 3),
+            "extra_over_plain_p50_ms": round(iso_extra_p50, 4),
+            "baseline_bare_bash": {
+                "note": "a bare persistent bash (set -m) fed `echo hi` and `( echo hi )` "
+                "lines on stdin, each ending with a marker written to fd 3 that we read; "
+                "interleaved with the calls above",
+                "echo": bare_echo,
+                "subshell": bare_sub,
+                "fork_cost_p50_ms": round(fork_p50, 4),
+            },
+            "extra_beyond_a_bare_fork_p50_ms": round(iso_extra_p50 - fork_p50, 4),
         },
         "echo_hi_streamed": {
             "note": 'POST /exec {"command": "echo hi", "stream": true}: chunked frames read '

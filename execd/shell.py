@@ -31,7 +31,7 @@ from .frames import FrameError, FrameParser, OutputCapture
 from .outcome import Busy, Outcome, classify, join, shell_death
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
-from .streaming import Sink, capture_for
+from .streaming import Sink, captures_for
 from .timeouts import Timeout, interrupt
 
 if TYPE_CHECKING:  # names used in annotations only
@@ -235,8 +235,7 @@ class Shell:
         assert proc is not None
         marker = os.urandom(8).hex()
         cap = self.output_cap if output_cap is None else output_cap
-        capture = capture_for(cap, sink, proc.scrub_bytes, self.clock)  # type: OutputCapture
-        errors = OutputCapture(capture.head_cap + capture.tail_cap) if separate_stderr else None
+        capture, errors = captures_for(cap, sink, proc.scrub_bytes, self.clock, separate_stderr)
         proc.stage(command)
         since = boot_ticks()
         proc.begin()

@@ -5,10 +5,14 @@ The answer is HTTP/1.1 ``200`` with ``Transfer-Encoding: chunked`` and ``Content
 application/vnd.sandman.exec-stream``; its body is a sequence of frames, each
 ``<kind> <length>\\n<length bytes>``:
 
-* ``o``: output bytes, in the order the command wrote them (stdout and stderr joined);
+* ``o``: output bytes, in the order the command wrote them (stdout and stderr joined;
+  with ``stderr: "separate"`` stdout only);
+* ``s``: stderr bytes, only with ``stderr: "separate"`` (so a client that never asks for
+  it never meets this kind); stderr has a cap of its own, as in a plain call;
 * ``x``: the final frame, once: the call's ``ExecAnswer`` as JSON (``output`` holds what
   was not streamed - a syntax error's diagnostic - and ``output_bytes``,
-  ``dropped_bytes`` and ``truncated`` count the whole output);
+  ``dropped_bytes`` and ``truncated`` count the whole output; ``stderr`` is then empty
+  but for what was not streamed, ``stderr_bytes`` counts the whole stderr);
 * ``e``: a final error frame ``{error, detail}`` when the daemon failed after the
   answer had begun (a 500 can no longer be sent).
 
@@ -38,11 +42,13 @@ from .wire import ApiError
 log = logging.getLogger("execd.streaming")
 
 CONTENT_TYPE = "application/vnd.sandman.exec-stream"
-OUTPUT, FINAL, ERROR = "o", "x", "e"
+OUTPUT, STDERR, FINAL, ERROR = "o", "s", "x", "e"
+DATA = (OUTPUT, STDERR)  # the kinds that carry command output; the others end a stream
 MAX_FINAL_BYTES = 64 << 20  # a final frame is JSON of a capped answer
 MAX_OUTPUT_FRAME = 16 << 20  # the daemon sends at most one 1 MiB read per frame
 
-_HEAD = re.compile(rb"\A([oxe]) (0|[1-9][0-9]{0,9})\n")
+_HEAD = re.compile(rb"([osxe]) (0|[1-9][0-9]{0,9})\n")  # matched at a frame's start
+_KINDS = {k.encode(): k for k in (OUTPUT, STDERR, FINAL, ERROR)}
 Chunk = Union[bytes, bytearray, memoryview]
 HOLD_S = 0.002  # output frames wait this long for more output or the final frame
 HOLD_BYTES = 64 << 10  # ... or until this much is held
@@ -66,8 +72,8 @@ def error_frame(error: Dict[str, Any]) -> bytes:
 
 
 class Event(NamedTuple):
-    kind: str  # OUTPUT, FINAL or ERROR
-    data: bytes  # output bytes, or the final frame's JSON text
+    kind: str  # OUTPUT, STDERR, FINAL or ERROR
+    data: bytes  # output (or stderr) bytes, or the final frame's JSON text
 
     def json(self) -> Any:
         return json.loads(self.data)
@@ -102,17 +108,19 @@ class StreamDecoder:
                         raise StreamError("malformed frame header %r" % data[pos : pos + 16])
                     self._head = data[pos:]
                     break
-                m = _HEAD.match(data[pos : end + 1])
+                m = _HEAD.match(data, pos, end + 1)
                 if m is None:
                     raise StreamError("malformed frame header %r" % data[pos : end + 1])
-                self._kind = m.group(1).decode("ascii")
-                self._need = int(m.group(2))
-                limit = MAX_OUTPUT_FRAME if self._kind == OUTPUT else MAX_FINAL_BYTES
-                if self._need > limit:
-                    raise StreamError(
-                        "a %r frame of %d bytes is too long" % (self._kind, self._need)
-                    )
+                kind, need = _KINDS[m.group(1)], int(m.group(2))
+                if need > (MAX_OUTPUT_FRAME if kind in DATA else MAX_FINAL_BYTES):
+                    raise StreamError("a %r frame of %d bytes is too long" % (kind, need))
                 pos = end + 1
+                if need <= n - pos:  # the whole frame is in this read: no parts to join
+                    events.append(Event(kind, data[pos : pos + need]))
+                    pos += need
+                    self.finished = kind not in DATA
+                    continue
+                self._kind, self._need = kind, need
             take = min(self._need, n - pos)
             if take:
                 self._parts.append(data if take == n else data[pos : pos + take])
@@ -123,7 +131,7 @@ class StreamDecoder:
                 payload = parts[0] if len(parts) == 1 else b"".join(parts)
                 events.append(Event(self._kind, payload))
                 self._need = None
-                self.finished = self._kind != OUTPUT
+                self.finished = self._kind not in DATA
         return events
 
     def close(self) -> None:
@@ -146,12 +154,14 @@ def decode(chunks: Iterator[bytes]) -> Iterator[Event]:
 
 class StreamCapture:
     """What ``Shell`` feeds output to in stream mode: the first ``cap`` bytes go to
-    ``sink`` as ``o`` frames as they are read, the rest is only counted. Reads the same
-    as ``frames.OutputCapture`` for the final answer (``text`` is empty: it was sent).
+    ``sink`` as frames of ``kind`` (``o``; ``s`` for a separate stderr) as they are read,
+    the rest is only counted. Reads the same as ``frames.OutputCapture`` for the final
+    answer (``text`` is empty: it was sent).
 
     Frames are held for at most ``HOLD_S`` (or ``HOLD_BYTES``) before they are written, so
     a short command's output leaves in the same socket write (and client read) as its
-    final frame instead of one write and wake-up each; a longer one still streams."""
+    final frame instead of one write and wake-up each; a longer one still streams. The
+    hold is the sink's: stdout and stderr captures of one call share it (``due``)."""
 
     def __init__(
         self,
@@ -159,6 +169,7 @@ class StreamCapture:
         sink: "Sink",
         scrub: Callable[[Chunk], Chunk],
         clock: Callable[[], float] = time.monotonic,
+        kind: str = OUTPUT,
     ) -> None:
         self.cap = cap
         self.sink = sink
@@ -166,7 +177,12 @@ class StreamCapture:
         self.clock = clock
         self.total = 0
         self.sent = 0
-        self.due = None  # type: Optional[float]  # when the held frames must go out
+        self._head = kind.encode("ascii") + b" %d\n"
+
+    @property
+    def due(self) -> Optional[float]:
+        """When the sink's held frames must go out (None: nothing is held)."""
+        return self.sink.due
 
     def feed(self, chunk: Chunk) -> None:
         n = len(chunk)
@@ -176,15 +192,15 @@ class StreamCapture:
             return
         part = chunk[:room] if n > room else chunk
         self.sent += len(part)
-        self.sink.send([b"%s %d\n" % (OUTPUT.encode(), len(part)), self.scrub(part)])
-        if self.sink.held >= HOLD_BYTES:
-            self.flush()
-        elif self.due is None:
-            self.due = self.clock() + HOLD_S
+        sink = self.sink
+        sink.send([self._head % len(part), self.scrub(part)])
+        if sink.held >= HOLD_BYTES:
+            sink.flush()
+        elif sink.due is None:
+            sink.due = self.clock() + HOLD_S
 
     def flush(self) -> None:
         """Send the held frames (``Shell`` calls it once ``due`` has passed)."""
-        self.due = None
         self.sink.flush()
 
     @property
@@ -195,11 +211,20 @@ class StreamCapture:
         return ""
 
 
-def capture_for(
-    cap: int, sink: "Optional[Sink]", scrub: Callable[[Chunk], Chunk], clock: Callable[[], float]
-) -> Any:
-    """The capture for one command: streamed when a sink is given, else head + tail."""
-    return OutputCapture(cap) if sink is None else StreamCapture(cap, sink, scrub, clock)
+def captures_for(
+    cap: int,
+    sink: "Optional[Sink]",
+    scrub: Callable[[Chunk], Chunk],
+    clock: Callable[[], float],
+    separate_stderr: bool = False,
+) -> Tuple[Any, Any]:
+    """One command's output capture and its stderr capture (None unless
+    ``separate_stderr``), each under ``cap``: streamed (``o`` and ``s`` frames) when a sink
+    is given, else head + tail."""
+    if sink is None:
+        return OutputCapture(cap), OutputCapture(cap) if separate_stderr else None
+    errors = StreamCapture(cap, sink, scrub, clock, STDERR) if separate_stderr else None
+    return StreamCapture(cap, sink, scrub, clock), errors
 
 
 class Streamed(NamedTuple):
@@ -227,11 +252,15 @@ def send_all(sock: Any, parts: List[Chunk]) -> None:
 
 
 class ChunkedAnswer:
-    """A ``200`` chunked answer written through ``write`` (``send_all`` on the connection's
+    """A ``200`` stream answer written through ``write`` (``send_all`` on the connection's
     socket); the head goes out with the first write, so a refusal before any frame is
     still plain JSON. Frames ``send`` gives are held until ``flush`` or ``finish``, which
     write all held frames as one HTTP chunk in one socket write (``finish`` with the final
-    frame and the chunked terminator)."""
+    frame and the chunked terminator). Always chunked, even when the whole answer is
+    ready at its first write: a ``Content-Length`` body would spare the client's chunk
+    parsing (~2 us), but http.client's ``read1`` never marks such a response finished
+    (it stops at length 0 without closing), so a client's ``read1`` loop - the way to
+    read a stream as it comes - would leave its keep-alive connection unusable."""
 
     def __init__(
         self,
@@ -245,17 +274,16 @@ class ChunkedAnswer:
         self._head_sent = False
         self._held = []  # type: List[Chunk]
         self.held = 0  # bytes in _held
+        self.due = None  # type: Optional[float]  # when the held frames must go out
         self.started = False  # a frame was given: an error now ends the stream as an ``e``
         self.broken = False  # the client went away: the command still runs to its end
         self.sent_bytes = 0
 
     def _head(self) -> bytes:
-        lines = [
-            "HTTP/1.1 200 OK",
-            "Content-Type: " + CONTENT_TYPE,
-            "Transfer-Encoding: chunked",
-            "Cache-Control: no-store",
-        ] + list(self._headers)
+        # (no Cache-Control: caches do not store an answer to a POST without explicit
+        # freshness, RFC 9111 section 3, and each header costs every client a parse)
+        lines = ["HTTP/1.1 200 OK", "Content-Type: " + CONTENT_TYPE, "Transfer-Encoding: chunked"]
+        lines += self._headers
         if self._close:
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
@@ -264,7 +292,8 @@ class ChunkedAnswer:
         """One frame, given as buffers, held for the next write."""
         self.started = True
         self._held += frame_parts
-        self.held += sum(len(p) for p in frame_parts)
+        for p in frame_parts:
+            self.held += len(p)
 
     def flush(self, last: bool = False) -> None:
         """Write the held frames as one HTTP chunk (``last``: then the terminator) in one
@@ -272,7 +301,7 @@ class ChunkedAnswer:
         into the shell's drain loop: the command finishes as it would for a client that
         hung up on a plain call."""
         parts, size = self._held, self.held
-        self._held, self.held = [], 0
+        self._held, self.held, self.due = [], 0, None
         if not size and not last:
             return
         parts = ([b"%x\r\n" % size] + parts + [b"\r\n"]) if size else []

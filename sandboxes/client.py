@@ -47,7 +47,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -257,13 +257,26 @@ class RunResult:
         return self.exit_code == 0 and not self.error
 
 
+@dataclass(frozen=True)
+class StreamChunk:
+    """One piece of a streamed command's output as execd read it: ``fd`` 1 is the output
+    (stdout and stderr joined, or stdout alone with ``stderr="separate"``), 2 is stderr
+    (only with ``stderr="separate"``). Across the two, chunks come in the order execd
+    drained its two pipes, not in the exact order the command wrote them."""
+
+    fd: int
+    data: bytes
+
+
 class ExecStream:
     """A streamed command (``Sandbox.stream``): iterate for its output bytes as execd
-    reads them; ``result`` is the final answer once the iteration ended (its ``output``
-    holds only what was not streamed, e.g. a syntax error's diagnostic). A stream cut
-    short, or not ending in exactly one final frame, raises ``SandmanClientError``
-    (``stream_broken``) - never a guessed exit status. Leaving the iteration early
-    closes the connection (the command runs on in the sandbox to its own end)."""
+    reads them (with ``stderr="separate"``: stdout; stderr's bytes collect in
+    ``stderr``), or iterate ``chunks()`` for both streams told apart; ``result`` is the
+    final answer once the iteration ended (its ``output`` and ``stderr`` hold only what was
+    not streamed, e.g. a syntax error's diagnostic). A stream cut short, or not ending in
+    exactly one final frame, raises ``SandmanClientError`` (``stream_broken``) - never a
+    guessed exit status. Leaving the iteration early closes the connection (the command
+    runs on in the sandbox to its own end)."""
 
     READ = 1 << 20
 
@@ -271,6 +284,7 @@ class ExecStream:
         self._conn = conn
         self._response = response
         self.result: RunResult | None = None
+        self.stderr = bytearray()  # stderr chunks the plain iteration stepped over
         self._frames = self._read()
 
     def __iter__(self) -> ExecStream:
@@ -283,13 +297,21 @@ class ExecStream:
         self.close()
 
     def __next__(self) -> bytes:
-        return next(self._frames)
+        while True:
+            chunk = next(self._frames)
+            if chunk.fd == 1:
+                return chunk.data
+            self.stderr += chunk.data
+
+    def chunks(self) -> Iterator[StreamChunk]:
+        """The rest of the output as ``StreamChunk``s, stdout and stderr told apart."""
+        return self._frames
 
     def close(self) -> None:
         if self.result is None:
             self._conn.close()
 
-    def _read(self) -> Any:
+    def _read(self) -> Iterator[StreamChunk]:
         route = "POST /exec"
         decoder = streaming.StreamDecoder()
         try:
@@ -303,7 +325,9 @@ class ExecStream:
                     break
                 for event in decoder.feed(data):
                     if event.kind == streaming.OUTPUT:
-                        yield event.data
+                        yield StreamChunk(1, event.data)
+                    elif event.kind == streaming.STDERR:
+                        yield StreamChunk(2, event.data)
                     elif event.kind == streaming.ERROR:
                         raise _execd_error(500, event.json(), route)
                     else:
@@ -394,6 +418,10 @@ class Session:
     def run(self, command: str, **kwargs: Any) -> RunResult:
         """``Sandbox.run`` in this session (same keyword arguments)."""
         return self.sandbox.run(command, session=self.name, **kwargs)
+
+    def stream(self, command: str, **kwargs: Any) -> ExecStream:
+        """``Sandbox.stream`` in this session (same keyword arguments)."""
+        return self.sandbox.stream(command, session=self.name, **kwargs)
 
     def interrupt(self) -> bool:
         """SIGINT to this session's running foreground job; False when none was running."""
@@ -596,16 +624,21 @@ class Sandbox:
         cwd: str | None = None,
         isolate: bool = False,
         max_output_bytes: int | None = None,
+        session: str | None = None,
+        stderr: str = "merged",
     ) -> ExecStream:
         """Run one command like ``run`` and iterate over its output as it comes
         (``for chunk in sb.stream(cmd)``; then ``.result``). Without ``max_output_bytes``
-        up to the sandbox's per-call limit is streamed."""
+        up to the sandbox's per-call limit is streamed (with ``stderr="separate"``, as
+        much again of stderr: ``ExecStream.chunks()`` tells the two apart)."""
         payload = ExecRequest(
             command,
             timeout_s=timeout_s,
             cwd=cwd,
             isolate=isolate or None,
             max_output_bytes=max_output_bytes,
+            session=session,
+            stderr=None if stderr == "merged" else stderr,
             stream=True,
         ).to_json()
         conn = self._connection()

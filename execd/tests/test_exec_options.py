@@ -23,6 +23,16 @@ def test_isolated_commands_see_the_shell_state_but_cannot_change_it(
     assert after["output"] == "/tmp\nnone\nnofn\n"
 
 
+def test_an_isolated_command_has_the_plain_calls_fds(client: Client) -> None:
+    """stderr joined to the output, stdin /dev/null, none of execd's own fds (status 40,
+    /dev/null 42, stderr pipe 43) open: the same as a plain call."""
+    command = "echo err >&2; echo out; ls /proc/self/fd | sort -n | tr '\\n' ' '"
+    plain, isolated = client.exec(command), client.exec(command, isolate=True)
+    assert isolated["output"] == plain["output"]
+    assert isolated["output"].startswith("err\nout\n0 1 2 3 ")
+    assert not {"40", "42", "43"} & set(isolated["output"].split())
+
+
 @pytest.mark.parametrize(
     "command, code",
     [("exit 3", 3), ("set -e; false; echo unreached", 1), ("set -u; echo $UNSET_VAR", 1)],

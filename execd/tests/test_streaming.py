@@ -75,6 +75,27 @@ def test_output_reaches_the_client_while_the_command_still_runs(execd: Execd) ->
     conn.close()
 
 
+def test_a_separate_stderr_is_streamed_in_its_own_frames_under_its_own_cap(
+    execd: Execd,
+) -> None:
+    """``stderr: "separate"`` with ``stream: true``: stdout in ``o`` frames, stderr in ``s``
+    frames (a kind only this combination sends), each capped on its own."""
+    command = "echo out; echo err >&2; head -c 50 /dev/zero | tr '\\0' e >&2; echo out2"
+    body = {"command": command, "stream": True, "stderr": "separate", "max_output_bytes": 20}
+    conn, resp = _open(execd, body)
+    events = _events(resp)
+    assert {e.kind for e in events[:-1]} == {"o", "s"}
+    assert b"".join(e.data for e in events if e.kind == "o") == b"out\nout2\n"
+    assert b"".join(e.data for e in events if e.kind == "s") == b"err\n" + b"e" * 16
+    final = events[-1].json()
+    assert (final["stderr"], final["stderr_bytes"], final["output_bytes"]) == ("", 54, 9)
+    assert final["truncated"] is False  # stdout's own cap was not reached
+    conn.close()
+    conn, resp = _open(execd, {"command": "echo err >&2", "stream": True})
+    assert [(e.kind, e.data) for e in _events(resp)[:-1]] == [("o", b"err\n")]  # merged
+    conn.close()
+
+
 def test_the_output_cap_bounds_what_is_streamed(execd: Execd) -> None:
     body = {"command": "head -c 100 /dev/zero | tr '\\0' a", "stream": True, "max_output_bytes": 10}
     conn, resp = _open(execd, body)
@@ -140,6 +161,17 @@ def test_the_decoder_refuses_anything_but_frames_ending_in_one_final(
         for i in range(len(wire)):  # byte by byte: framing never depends on read sizes
             decoder.feed(wire[i : i + 1])
         decoder.close()
+
+
+def test_the_decoder_reads_stderr_frames_as_output_that_does_not_end_the_stream() -> None:
+    wire = b"o 2\nhis 3\nerro 1\n!x 2\n{}"
+    decoder = streaming.StreamDecoder()
+    events = []  # type: List[streaming.Event]
+    for i in range(len(wire)):
+        events += decoder.feed(wire[i : i + 1])
+    decoder.close()
+    kinds = [(e.kind, e.data) for e in events]
+    assert kinds == [("o", b"hi"), ("s", b"err"), ("o", b"!"), ("x", b"{}")]
 
 
 def test_a_stream_cut_before_its_final_frame_is_an_error() -> None:

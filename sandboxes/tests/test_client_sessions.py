@@ -60,3 +60,26 @@ def test_sessions_through_the_client(execd_address: str, tmp_path: Path) -> None
     with pytest.raises(SandmanClientError) as dup:
         sb.create_session("default")
     assert (dup.value.status, dup.value.code) == (409, "session_exists")
+
+
+def test_a_stream_runs_in_a_session_and_tells_stderr_apart(execd_address: str) -> None:
+    sb = sandbox_at(execd_address)
+    build = sb.create_session("build", startup="export STAGE=built")
+    command = "echo out $STAGE; echo err >&2; echo out2; (exit 3)"
+    stream = build.stream(command, stderr="separate")
+    chunks = list(stream.chunks())
+    assert b"".join(c.data for c in chunks if c.fd == 1) == b"out built\nout2\n"
+    assert b"".join(c.data for c in chunks if c.fd == 2) == b"err\n"
+    assert stream.result is not None
+    assert (stream.result.exit_code, stream.result.output, stream.result.stderr) == (3, "", "")
+
+    plain = sb.stream(command, stderr="separate")  # the default session: no STAGE
+    assert b"".join(plain) == b"out\nout2\n"
+    assert bytes(plain.stderr) == b"err\n"  # what the plain iteration stepped over
+    merged = sb.stream("echo err >&2")
+    assert [(c.fd, c.data) for c in merged.chunks()] == [(1, b"err\n")]
+    assert merged.result is not None and merged.result.stderr is None
+
+    with pytest.raises(SandmanClientError) as missing:
+        sb.stream("true", session="nope")
+    assert (missing.value.status, missing.value.code) == (404, "no_session")
