@@ -11,6 +11,9 @@ release); ``BACKGROUND`` (the default) for the bookkeeping of creates, deletes a
 A burst of hand-outs starts a burst of replacement creates, each with several writes: in
 one FIFO queue every hand-out would wait behind them. Work of one priority keeps its
 order, so a create's writes still happen in the order it issued them (it awaits each).
+There is one FIFO per priority; a worker wakes once per call queued and takes the oldest
+call of the most urgent non-empty FIFO (``queue.SimpleQueue`` and ``deque`` are C code; a
+``PriorityQueue``'s Python-level locks and ``Condition.notify`` cost the loop more per call).
 
 Each worker keeps its connection between calls, whatever ``CONN_MAX_AGE`` says (with a
 PostgreSQL pool it is 0, which would hand the connection back and take one again on
@@ -23,8 +26,8 @@ dropped while one is open).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
-import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -46,8 +49,11 @@ def default_workers() -> int:
 class DbExecutor:
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers or default_workers()
-        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
-        self._order = itertools.count()
+        # One FIFO per priority, then the close sentinels (after every queued call).
+        self._fifos: list[collections.deque[Any]] = [
+            collections.deque() for _ in range(BACKGROUND + 2)
+        ]
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()  # one token per call
         self._closed = False
         self._threads = [
             threading.Thread(target=self._work, name=f"sandman-db_{i}", daemon=True)
@@ -68,12 +74,23 @@ class DbExecutor:
         if self._closed:
             raise RuntimeError("the controller's database executor is closed")
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._queue.put((priority, next(self._order), (future, fn, args, kwargs)))
+        self._fifos[min(max(priority, URGENT), BACKGROUND)].append((future, fn, args, kwargs))
+        self._wake.put(None)
         return future
+
+    def _take(self) -> Any:
+        """The oldest call of the most urgent non-empty FIFO (one is: a token was taken)."""
+        for fifo in self._fifos:
+            try:
+                return fifo.popleft()
+            except IndexError:
+                continue
+        raise RuntimeError("woken with nothing queued")  # a token always has its call
 
     def _work(self) -> None:
         while True:
-            _, _, item = self._queue.get()
+            self._wake.get()
+            item = self._take()
             if item is None:  # close(): this worker's connections go with it
                 connections.close_all()
                 return
@@ -94,8 +111,8 @@ class DbExecutor:
             return
         self._closed = True
         for _ in self._threads:
-            # After every queued call (lowest priority, latest order).
-            self._queue.put((BACKGROUND + 1, next(self._order), None))
+            self._fifos[-1].append(None)  # after every queued call, whatever its priority
+            self._wake.put(None)
         for thread in self._threads:
             thread.join(timeout=30)
 
