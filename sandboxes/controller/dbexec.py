@@ -65,18 +65,33 @@ class DbExecutor:
     async def run(
         self, fn: Callable[..., T], /, *args: Any, priority: int = BACKGROUND, **kwargs: Any
     ) -> T:
-        return await asyncio.wrap_future(self.submit(fn, *args, priority=priority, **kwargs))
+        """Run ``fn`` on a worker; cancelling the caller before the call starts skips it.
+
+        The answer comes back on the caller's loop future itself (one
+        ``call_soon_threadsafe``), not through a ``concurrent.futures.Future`` chained to
+        one: that Future's ``Condition`` and the chaining cost the loop more than the rest
+        of a small write's hand-off."""
+        if self._closed:
+            raise RuntimeError("the controller's database executor is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue(priority, (future, loop, fn, args, kwargs))
+        return await future
 
     def submit(
         self, fn: Callable[..., T], /, *args: Any, priority: int = BACKGROUND, **kwargs: Any
     ) -> concurrent.futures.Future[T]:
-        """Queue the call now; its future is cancelled-and-skipped if cancelled in time."""
+        """Queue the call now (any thread); its future is cancelled-and-skipped if
+        cancelled in time."""
         if self._closed:
             raise RuntimeError("the controller's database executor is closed")
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._fifos[min(max(priority, URGENT), BACKGROUND)].append((future, fn, args, kwargs))
-        self._wake.put(None)
+        self._queue(priority, (future, None, fn, args, kwargs))
         return future
+
+    def _queue(self, priority: int, item: tuple[Any, ...]) -> None:
+        self._fifos[min(max(priority, URGENT), BACKGROUND)].append(item)
+        self._wake.put(None)
 
     def _take(self) -> Any:
         """The oldest call of the most urgent non-empty FIFO (one is: a token was taken)."""
@@ -94,16 +109,32 @@ class DbExecutor:
             if item is None:  # close(): this worker's connections go with it
                 connections.close_all()
                 return
-            future, fn, args, kwargs = item
-            if not future.set_running_or_notify_cancel():
+            future, loop, fn, args, kwargs = item
+            if loop is None:
+                if not future.set_running_or_notify_cancel():
+                    continue
+            elif future.cancelled():
+                # Read off the loop: a cancel landing just after this runs the call and
+                # drops its answer, as a cancel just after a call started always did.
                 continue
+            result: Any = None
+            error: BaseException | None = None
             try:
                 _drop_broken_connections()
                 result = fn(*args, **kwargs)
             except BaseException as exc:  # handed to the awaiting coroutine
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
+                error = exc
+            if loop is None:
+                if error is None:
+                    future.set_result(result)
+                else:
+                    future.set_exception(error)
+                continue
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:  # that loop is closed: nobody awaits the answer
+                pass
+            del item, future, result, error  # no reference kept while waiting for work
 
     def close(self) -> None:
         """Finish the queued calls, close every worker's connections, end the workers."""
@@ -115,6 +146,16 @@ class DbExecutor:
             self._wake.put(None)
         for thread in self._threads:
             thread.join(timeout=30)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """On the caller's loop: hand the answer over, unless the caller gave up meanwhile."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 def _drop_broken_connections() -> None:
