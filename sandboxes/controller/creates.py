@@ -20,6 +20,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from django.db import DatabaseError
+
 from sandboxes import events
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.deletes import Deleter
@@ -193,7 +195,7 @@ class CreateRunner:
         time is kept). If even that fails, the delete reads the pod by name and nonce."""
         try:
             await self._batcher.move(recorded, urgent=urgent)
-        except SandmanError:
+        except (SandmanError, DatabaseError):  # the wait's own failure is what is recorded
             log.warning("recording the handle of %s failed", recorded.sandbox_id, exc_info=True)
 
     def _abandon_unsettled(self, rt: JobRuntime, ticket: CreateTicket, progress: _Progress) -> None:
