@@ -20,6 +20,7 @@ Invariants a reader must not break:
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import itertools
 import json
@@ -38,7 +39,7 @@ class PoolKey:
     memory_bytes: int
     workspace_bytes: int | None
 
-    @property
+    @functools.cached_property  # frozen: computed once (it is read on every create)
     def hash(self) -> str:
         return key_hash(self)
 

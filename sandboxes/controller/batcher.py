@@ -1,23 +1,28 @@
 """Coalesce the controller's per-sandbox writes into batches (``services/batch.py``).
 
-Every create makes five writes (its row, ``creating``, the handle, ``ready``, the
+Every create makes four writes (its row, ``creating``, the handle with ``ready``, the
 hand-out), its acquire two more (the acquisition opened, then finished), and its delete two
 (``deleting`` with its pending row, then the confirmation). One at a time each costs a
 lock, a save, an events insert and a commit on the database executor: under a 600-pod
 burst that was half of the controller's CPU (``bench/results/profile_before.txt``). The
-:class:`WriteBatcher` queues them instead and hands everything queued to ONE service call
-per batch.
+:class:`WriteBatcher` queues them instead and hands everything queued to ONE executor call
+and ONE transaction per batch, whatever their kinds: each kind's writes go to its one
+service call (one query of each kind), run in a savepoint of the batch's transaction.
 
 Rules a reader must not break:
-* Batches form by themselves, with no timer: a lane (kind x priority) has at most ONE batch
-  on the executor; whatever queues while it runs is the next batch. A lone write under no
-  load goes at once, as before; under load the batches grow with the load.
+* Batches form by themselves, with no timer: a lane (one per priority) has at most ONE
+  batch on the executor; whatever queues while it runs is the next batch. A lone write under
+  no load goes at once, as before; under load the batches grow with the load.
 * Priorities as the executor's: an urgent write (a caller waits) never queues behind a
   background batch -- it has its own lane, sent at ``URGENT``.
 * A write whose waiter was cancelled before its batch left is dropped from it, as the
   executor skips a cancelled call (a create cancelled before ``creating`` sends nothing).
 * Each write is answered with its own outcome: a refused move raises ITS error in its
-  waiter; the others of the batch commit.
+  waiter; the others of the batch commit. A kind's service call that raises (its savepoint
+  rolled back) fails that kind's writes only; a failed commit fails the whole batch.
+* Writes of one kind keep their order in a batch; kinds go in the order they first queued.
+  A write is queued only once the writes it depends on returned (a create awaits each), so
+  no write of a batch depends on another of the same batch being applied first.
 * Loop thread only.
 """
 
@@ -27,6 +32,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.db import DatabaseError, transaction
 
 from sandboxes.controller.dbexec import BACKGROUND, URGENT
 from sandboxes.controller.state import ControllerState
@@ -45,25 +52,28 @@ from sandboxes.services.batch_deletes import (
 )
 from sandboxes.services.deletes import DeleteOrder
 from sandboxes.services.moves import SandboxMove
+from sandman_site.errors import SandmanError
 
 MAX_BATCH = 500
 
 
+Apply = Callable[[Sequence[Any]], list[Any]]
+
+
 @dataclass
 class _Lane:
-    apply: Callable[..., list[Any]]
     priority: int
-    pending: list[tuple[Any, asyncio.Future[Any]]] = field(default_factory=list)
+    pending: list[tuple[Apply, Any, asyncio.Future[Any]]] = field(default_factory=list)
     busy: bool = False
 
 
 class WriteBatcher:
-    """Queues sandbox rows and moves; one batch in flight per lane (kind x priority)."""
+    """Queues sandbox rows and moves; one batch in flight per lane (one lane per priority)."""
 
     def __init__(self, state: ControllerState, *, max_batch: int = MAX_BATCH) -> None:
         self._state = state
         self._max = max(1, max_batch)
-        self._lanes: dict[tuple[str, bool], _Lane] = {}
+        self._lanes: dict[bool, _Lane] = {}
         self._flushes: set[asyncio.Task[None]] = set()
         self.batches = 0
         self.writes = 0
@@ -71,46 +81,40 @@ class WriteBatcher:
 
     async def request(self, request: SandboxRequest, *, urgent: bool = False) -> Sandbox:
         """The ``requested`` row of one create (its pk set)."""
-        row: Sandbox = await self._submit("request", request, urgent, _apply_requests)
+        row: Sandbox = await self._submit(request, urgent, _apply_requests)
         return row
 
     async def move(self, move: SandboxMove, *, urgent: bool = False) -> Sandbox:
         """Apply one move; its refusal (``InvalidTransition``, ``NotFound``) is raised here."""
-        row: Sandbox = await self._submit("move", move, urgent, _apply_moves)
+        row: Sandbox = await self._submit(move, urgent, _apply_moves)
         return row
 
     async def open_acquisition(self, record: dict[str, Any]) -> int:
         """Open one ``pending`` acquisition row (a caller waits: urgent); its id."""
-        row = await self._submit("open_acquisition", record, True, _apply_open_acquisitions)
+        row = await self._submit(record, True, _apply_open_acquisitions)
         pk: int = row.pk
         return pk
 
     async def acquisition(self, record: dict[str, Any], *, urgent: bool = False) -> None:
         """One finished acquisition (``acquisition_record``'s keyword arguments)."""
-        await self._submit("acquisition", record, urgent, _apply_acquisitions)
+        await self._submit(record, urgent, _apply_acquisitions)
 
     async def begin_delete(self, request: DeleteRequest) -> DeleteOrder | None:
         """``sandbox_begin_delete``: the order to send, or None (nothing on the backend)."""
-        order: DeleteOrder | None = await self._submit(
-            "begin_delete", request, False, _apply_begin_deletes
-        )
+        order: DeleteOrder | None = await self._submit(request, False, _apply_begin_deletes)
         return order
 
     async def confirm_deleted(self, name: str) -> int | None:
         """``pending_delete_confirmed``: the sandbox id ended, if any."""
-        ended: int | None = await self._submit(
-            "confirm_deleted", (name, self._state.now()), False, _apply_confirmed
-        )
+        ended: int | None = await self._submit((name, self._state.now()), False, _apply_confirmed)
         return ended
 
-    async def _submit(
-        self, kind: str, item: Any, urgent: bool, apply: Callable[..., list[Any]]
-    ) -> Any:
-        lane = self._lanes.get((kind, urgent))
+    async def _submit(self, item: Any, urgent: bool, apply: Apply) -> Any:
+        lane = self._lanes.get(urgent)
         if lane is None:
-            lane = self._lanes[(kind, urgent)] = _Lane(apply, URGENT if urgent else BACKGROUND)
+            lane = self._lanes[urgent] = _Lane(URGENT if urgent else BACKGROUND)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        lane.pending.append((item, fut))
+        lane.pending.append((apply, item, fut))
         if not lane.busy:
             lane.busy = True
             task = asyncio.get_running_loop().create_task(self._flush(lane))
@@ -122,27 +126,32 @@ class WriteBatcher:
         """Send the lane's queue, batch after batch, until it is empty."""
         try:
             while lane.pending:
-                taken = [(i, f) for i, f in lane.pending[: self._max] if not f.done()]
+                taken = [(a, i, f) for a, i, f in lane.pending[: self._max] if not f.done()]
                 del lane.pending[: self._max]
                 if not taken:
                     continue
                 self.batches += 1
                 self.writes += len(taken)
                 self.largest = max(self.largest, len(taken))
+                groups: dict[Apply, list[Any]] = {}
+                for apply, item, _ in taken:
+                    groups.setdefault(apply, []).append(item)
                 try:
-                    outcomes = await self._state.db.run(
-                        lane.apply, [i for i, _ in taken], priority=lane.priority
+                    answers = await self._state.db.run(
+                        apply_groups, list(groups.items()), priority=lane.priority
                     )
                 except asyncio.CancelledError:  # shutdown: nobody settles these any more
-                    for _, fut in taken:
+                    for _, _, fut in taken:
                         fut.cancel()
                     raise
                 except Exception as exc:  # the whole batch failed (database gone)
-                    for _, fut in taken:
+                    for _, _, fut in taken:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
-                for (_, fut), outcome in zip(taken, outcomes, strict=True):
+                outcomes = {apply: iter(answer) for apply, answer in answers.items()}
+                for apply, _, fut in taken:
+                    outcome = next(outcomes[apply])
                     if fut.done():
                         continue
                     if isinstance(outcome, BaseException):
@@ -151,11 +160,36 @@ class WriteBatcher:
                         fut.set_result(outcome)
         finally:
             lane.busy = False
-            for _, fut in lane.pending:  # only if cancelled mid-way (shutdown)
+            for _, _, fut in lane.pending:  # only if cancelled mid-way (shutdown)
                 if not fut.done():
                     fut.cancel()
             if lane.pending:
                 lane.pending.clear()
+
+
+def apply_groups(groups: list[tuple[Apply, list[Any]]]) -> dict[Apply, list[Any]]:
+    """Database thread: every kind's writes of one batch in ONE transaction. A lone kind is
+    its own service call (its own transaction, as before); with several, each runs in a
+    savepoint, and one that raises answers its writes with that error (the rest commit)."""
+    if len(groups) == 1:
+        ((apply, items),) = groups
+        return {apply: _checked(apply, items)}
+    out: dict[Apply, list[Any]] = {}
+    with transaction.atomic():
+        for apply, items in groups:
+            try:
+                with transaction.atomic():  # a savepoint: a raise undoes this kind alone
+                    out[apply] = _checked(apply, items)
+            except (SandmanError, DatabaseError) as exc:
+                out[apply] = [exc] * len(items)
+    return out
+
+
+def _checked(apply: Apply, items: list[Any]) -> list[Any]:
+    answer = apply(items)
+    if len(answer) != len(items):
+        raise RuntimeError(f"{apply.__name__} answered {len(answer)} of {len(items)} writes")
+    return answer
 
 
 def _apply_requests(items: Sequence[SandboxRequest]) -> list[Any]:

@@ -20,6 +20,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from django.db import DatabaseError
+
 from sandboxes import events
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.deletes import Deleter
@@ -33,7 +35,14 @@ from sandboxes.pool import CreateTicket, Purpose, Settle, WarmPod
 from sandboxes.providers.base import OwnerRef, SandboxSpec
 from sandboxes.services import sandbox_fail, sandbox_mark_gone, sandbox_record_event
 from sandboxes.services.batch import SandboxRequest
-from sandboxes.services.moves import creating_move, hand_out_move, handle_move, ready_move
+from sandboxes.services.moves import (
+    SandboxMove,
+    creating_move,
+    folded,
+    hand_out_move,
+    handle_move,
+    ready_move,
+)
 from sandboxes.states import Role, SandboxSource
 from sandman_site.errors import (
     ControllerUnavailable,
@@ -127,7 +136,9 @@ class CreateRunner:
         """Row, pacer, slot, send, Ready: the ready row, queue and create times (ms).
 
         Each write goes through the batcher: under a burst it shares one transaction and
-        one query of each kind with the other creates' writes queued meanwhile."""
+        one query of each kind with the other creates' writes queued meanwhile. Four
+        writes: the row, ``creating``, then the handle and ``ready`` as one (a failed wait
+        writes the handle alone first)."""
         state, key, info, batch = self._state, ticket.key, rt.info, self._batcher
         t_admit = state.clock()
         request = SandboxRequest(
@@ -162,15 +173,30 @@ class CreateRunner:
                 api_created_at=state.now(),
                 now=state.now(),
             )
-            await batch.move(recorded, urgent=urgent)
-            ready = await self._tasks.settle(
-                state.provider.wait_ready(handle, info.readiness_budget_s)
-            )
+            try:
+                ready = await self._tasks.settle(
+                    state.provider.wait_ready(handle, info.readiness_budget_s)
+                )
+            except Exception:
+                await self._keep_handle(recorded, urgent)
+                raise
             create_ms = (state.clock() - t_send) * 1000.0
+        # The handle rides on the ready write (one write fewer per create); a restart in
+        # between leaves a ``creating`` row whose pod is deleted by name and nonce (§7).
         ready_row = await batch.move(
-            ready_move(sandbox_id=row.pk, info=ready, now=state.now()), urgent=urgent
+            folded(recorded, ready_move(sandbox_id=row.pk, info=ready, now=state.now())),
+            urgent=urgent,
         )
         return ready_row, queue_ms, create_ms
+
+    async def _keep_handle(self, recorded: SandboxMove, urgent: bool) -> None:
+        """A create that was stored but never got Ready: write its handle before the failure
+        is recorded, so its delete goes with the UID precondition (and its ``api_created``
+        time is kept). If even that fails, the delete reads the pod by name and nonce."""
+        try:
+            await self._batcher.move(recorded, urgent=urgent)
+        except (SandmanError, DatabaseError):  # the wait's own failure is what is recorded
+            log.warning("recording the handle of %s failed", recorded.sandbox_id, exc_info=True)
 
     def _abandon_unsettled(self, rt: JobRuntime, ticket: CreateTicket, progress: _Progress) -> None:
         """Cancelled before settling: free the ticket, tell the waiter, delete the row's pod."""

@@ -9,12 +9,14 @@ and one bulk INSERT of events for many sandboxes) share the exact same rules:
 * ``to`` must be allowed from the row's state (``SANDBOX_TRANSITIONS``), else
   ``InvalidTransition`` and the row is left as it was;
 * entering a state stamps its time field (``STATE_STAMP``) unless the move sets it;
-* a state change records one ``state`` event first, then the move's own events;
+* a state change records one ``state`` event first, then the move's own events (events a
+  folded move carried, ``before``, come ahead of the ``state`` event: :func:`folded`);
 * times the backend reported (``ReadyInfo.timeline``) are stamped as reported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +62,8 @@ class SandboxMove:
     publish: bool = True  # a sandbox.state message after commit (state changes only)
     # A hand-out's open acquisition row: it names the sandbox in the same transaction.
     acquisition_id: int | None = None
+    # Events recorded BEFORE the state event (what a move folded into this one recorded).
+    before: tuple[Event, ...] = ()
 
 
 @dataclass
@@ -75,7 +79,7 @@ def plan_move(sandbox: Sandbox, move: SandboxMove) -> Planned:
     """Apply ``move`` to the locked ``sandbox`` in memory (no query); raise if not allowed."""
     previous = sandbox.state
     changed: set[str] = {"updated_at"}
-    recorded: list[Event] = []
+    recorded: list[Event] = list(move.before)
     if move.to is not None:
         if move.to not in SANDBOX_TRANSITIONS[previous]:
             raise InvalidTransition(
@@ -124,6 +128,19 @@ def handle_move(
         },
         events=((events.API_CREATED, api_created_at, {"uid": uid}),),
         publish=False,
+    )
+
+
+def folded(first: SandboxMove, then: SandboxMove) -> SandboxMove:
+    """``first`` (a move with no state change, e.g. :func:`handle_move`) and ``then`` as ONE
+    write: ``first``'s fields and events, recorded ahead of ``then``'s state event, as if
+    ``first`` had committed just before it. ``then``'s fields win where both set one."""
+    if first.to is not None or first.sandbox_id != then.sandbox_id:
+        raise ValueError("only a move without a state change folds into one of its sandbox")
+    return dataclasses.replace(
+        then,
+        fields={**first.fields, **then.fields},
+        before=first.before + first.events + then.before,
     )
 
 

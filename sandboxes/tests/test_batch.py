@@ -11,6 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from sandboxes import events
+from sandboxes.controller.batcher import apply_groups
 from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
 from sandboxes.providers.base import ReadyInfo
 from sandboxes.services import job_create
@@ -25,8 +26,14 @@ from sandboxes.services.batch_deletes import (
     pending_delete_confirmed_many,
     sandbox_begin_delete_many,
 )
-from sandboxes.services.moves import creating_move, hand_out_move, handle_move, ready_move
-from sandman_site.errors import InvalidTransition, NotFound
+from sandboxes.services.moves import (
+    creating_move,
+    folded,
+    hand_out_move,
+    handle_move,
+    ready_move,
+)
+from sandman_site.errors import InvalidTransition, NotFound, ProviderError
 
 pytestmark = pytest.mark.django_db
 
@@ -164,3 +171,52 @@ def test_batched_acquisitions_are_inserted_and_a_pending_outcome_is_refused(job:
     assert isinstance(out[0], Acquisition) and out[0].pk is not None
     assert isinstance(out[1], InvalidTransition)
     assert Acquisition.objects.count() == 1
+
+
+def test_a_kind_that_raises_in_a_mixed_batch_rolls_back_alone_and_the_others_commit(
+    job: Job,
+) -> None:
+    """The batcher's one transaction per batch: each kind in a savepoint."""
+    a, b = (r.pk for r in sandbox_request_many(requests=_requests(job, 2)))
+
+    def moves(items: list[object]) -> list[object]:
+        return list(sandbox_moves_apply(moves=items))  # type: ignore[arg-type]
+
+    def broken(items: list[object]) -> list[object]:
+        sandbox_moves_apply(moves=[creating_move(sandbox_id=b, now=T0)])
+        raise ProviderError("refused after writing")
+
+    out = apply_groups([(moves, [creating_move(sandbox_id=a, now=T0)]), (broken, ["x", "y"])])
+    assert isinstance(out[moves][0], Sandbox) and out[moves][0].state == "creating"
+    assert [type(o) for o in out[broken]] == [ProviderError, ProviderError]
+    assert Sandbox.objects.get(pk=a).state == "creating"
+    assert Sandbox.objects.get(pk=b).state == "requested"  # its savepoint rolled back
+    assert not SandboxEvent.objects.filter(sandbox_id=b, kind=events.CREATE_SENT).exists()
+
+
+def test_the_handle_folded_into_ready_is_one_write_with_the_events_of_two(job: Job) -> None:
+    (a,) = (r.pk for r in sandbox_request_many(requests=_requests(job, 1)))
+    sandbox_moves_apply(moves=[creating_move(sandbox_id=a, now=T0)])
+    handle = handle_move(sandbox_id=a, uid="u-a", ref="ns/a", api_created_at=T0, now=T0)
+    with CaptureQueriesContext(connection) as folded_ctx:
+        sandbox_moves_apply(moves=[folded(handle, _ready(a))])
+    row = Sandbox.objects.get(pk=a)
+    assert (row.state, row.backend_uid, row.backend_ref) == ("ready", "u-a", "ns/a")
+    assert row.api_created_at == T0 and row.address == "10.0.0.1:8000"
+    kinds = list(
+        SandboxEvent.objects.filter(sandbox_id=a).order_by("pk").values_list("kind", flat=True)
+    )
+    assert kinds[-4:] == [events.CREATE_SENT, events.API_CREATED, events.STATE, events.READY]
+    (b,) = (r.pk for r in sandbox_request_many(requests=_requests(job, 1)))
+    sandbox_moves_apply(moves=[creating_move(sandbox_id=b, now=T0)])
+    two = _queries(
+        lambda: (
+            sandbox_moves_apply(
+                moves=[handle_move(sandbox_id=b, uid="u", ref="r", api_created_at=T0, now=T0)]
+            ),
+            sandbox_moves_apply(moves=[_ready(b)]),
+        )
+    )
+    assert len(folded_ctx.captured_queries) < two
+    with pytest.raises(ValueError):
+        folded(_ready(a), handle)  # only a move without a state change folds

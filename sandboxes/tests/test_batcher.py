@@ -1,6 +1,7 @@
 """The controller's write batcher (controller/batcher.py): batches form with no timer -- what
-queues while one batch is on the executor is the next batch --, a write whose waiter was
-cancelled before its batch left is dropped, and each write gets its own outcome."""
+queues while one batch is on the executor is the next batch, whatever its kind --, a write
+whose waiter was cancelled before its batch left is dropped, and each write gets its own
+outcome."""
 
 from __future__ import annotations
 
@@ -21,12 +22,17 @@ class GatedDb:
 
     def __init__(self) -> None:
         self.batches: list[list[Any]] = []
+        self.kinds: list[list[str]] = []
         self.gate = asyncio.Event()
 
-    async def run(self, fn: Any, items: list[Any], *, priority: int) -> list[Any]:
-        self.batches.append(list(items))
+    async def run(self, fn: Any, groups: list[tuple[Any, list[Any]]], *, priority: int) -> Any:
+        self.batches.append([i for _, items in groups for i in items])
+        self.kinds.append([apply.__name__ for apply, _ in groups])
         await self.gate.wait()
-        return [InvalidTransition(f"refused {i}") if i == "bad" else f"row {i}" for i in items]
+        return {
+            apply: [InvalidTransition(f"refused {i}") if i == "bad" else f"row {i}" for i in items]
+            for apply, items in groups
+        }
 
 
 def _move(item: str) -> Any:
@@ -66,3 +72,26 @@ async def test_urgent_writes_have_their_own_lane_and_never_wait_behind_a_backgro
     assert db.batches == [["bg"], ["now"]]  # both out at once, each in its lane
     db.gate.set()
     assert (await background, await urgent) == ("row bg", "row now")
+
+
+async def test_writes_of_every_kind_queued_meanwhile_leave_in_one_batch_each_kind_in_order():
+    """One lane per priority: a create's row, a move and an acquisition's finish queued while
+    a batch is out share the next batch (one executor call, one transaction)."""
+    db = GatedDb()
+    batcher = WriteBatcher(types.SimpleNamespace(db=db))
+    first = asyncio.create_task(batcher.move(_move("a")))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    queued = [
+        asyncio.create_task(batcher.move(_move("b"))),
+        asyncio.create_task(batcher.request(_move("r"))),  # type: ignore[arg-type]
+        asyncio.create_task(batcher.move(_move("c"))),
+        asyncio.create_task(batcher.acquisition(_move("q"))),  # type: ignore[arg-type]
+    ]
+    await asyncio.sleep(0)
+    db.gate.set()
+    assert await first == "row a"
+    assert [await q for q in queued] == ["row b", "row r", "row c", None]
+    assert db.batches == [["a"], ["b", "c", "r", "q"]]
+    assert db.kinds[1] == ["_apply_moves", "_apply_requests", "_apply_acquisitions"]
+    assert (batcher.batches, batcher.writes) == (2, 5)

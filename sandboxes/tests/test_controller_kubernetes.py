@@ -434,6 +434,10 @@ def test_a_bad_task_image_fails_the_acquire_with_the_kubelets_reason_and_deletes
         what="the failure recorded with the kubelet's reason",
     )
     wait_until(lambda: backend.cluster.pods(NS) == [], what="the stuck pod deleted")
+    # The create was stored but never got Ready: its handle was written alone (the Ready
+    # write that usually carries it never came), so the delete went with the UID.
+    failed_row = Sandbox.objects.get(pk=row.pk)
+    assert failed_row.backend_uid and failed_row.api_created_at is not None
 
 
 LOSSES = {

@@ -72,3 +72,35 @@ async def test_a_steady_stream_of_acquires_delays_background_work_only_up_to_the
     gate.started()  # never ends
     await asyncio.wait_for(gate.wait_turn(), 30)  # returns at the bound
     assert gate.in_flight == 1
+
+
+@pytest.mark.asyncio
+async def test_a_call_whose_caller_gave_up_while_it_was_queued_never_runs() -> None:
+    """``run``'s answer comes back on the caller's own loop future: cancelling the caller
+    before a worker takes the call skips it, and the worker goes on serving."""
+    executor = DbExecutor(workers=1)
+    gate = threading.Event()
+    started = threading.Event()
+    ran: list[str] = []
+
+    def hold() -> None:
+        started.set()
+        gate.wait(30)
+
+    try:
+        busy = executor.submit(hold)
+        assert await asyncio.to_thread(started.wait, 30)  # the only worker is busy now
+        given_up = asyncio.ensure_future(executor.run(ran.append, "given up"))
+        await asyncio.sleep(0)  # queued behind the held call
+        given_up.cancel()
+        kept = asyncio.ensure_future(executor.run(ran.append, "kept", priority=URGENT))
+        gate.set()
+        assert await kept is None
+        await asyncio.to_thread(busy.result, 30)
+        with pytest.raises(asyncio.CancelledError):
+            await given_up
+        assert await executor.run(len, ran) == 1
+    finally:
+        gate.set()
+        executor.close()
+    assert ran == ["kept"]

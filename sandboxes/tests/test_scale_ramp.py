@@ -47,6 +47,18 @@ def cluster() -> Any:
         cluster.stop()
 
 
+def _loop_load(controller: Controller) -> tuple[int, int]:
+    """(tasks, timers) pending on the controller's loop. asyncio has no public count of a
+    loop's timers: ``_scheduled`` is its heap of ``TimerHandle``s."""
+    loop = controller.loop
+    assert loop is not None
+
+    async def count() -> tuple[int, int]:
+        return len(asyncio.all_tasks()), len(loop._scheduled)  # type: ignore[attr-defined]
+
+    return asyncio.run_coroutine_threadsafe(count(), loop).result(timeout=60)
+
+
 def _managed(cluster: StandinCluster) -> list[str]:
     return [
         p["metadata"]["name"]
@@ -83,6 +95,7 @@ def test_a_ramp_of_acquires_fired_at_once_gets_all_ready_and_drains_to_zero_pods
         ]
         return await asyncio.gather(*calls, return_exceptions=True)
 
+    idle_before = _loop_load(controller)
     results = asyncio.run(burst())
     errors = [r for r in results if isinstance(r, BaseException)]
     assert errors == [], errors[:3]
@@ -93,6 +106,10 @@ def test_a_ramp_of_acquires_fired_at_once_gets_all_ready_and_drains_to_zero_pods
     for informer in (provider.informer, provider.event_informer):
         assert informer is not None
         assert (informer.lists, informer.relists_after_gone) == (1, 0)
+    # n pods sit idle in use: no timer and no task per pod on the controller's loop (the
+    # pod watch and the periodic rounds are shared; a few transient ones may be in flight).
+    tasks, timers = _loop_load(controller)
+    assert tasks < idle_before[0] + 10 and timers < idle_before[1] + 10, (idle_before, n)
     stats = controller.stats()["write_batches"]
     assert stats["writes"] >= 6 * n and stats["batches"] < stats["writes"]  # batched
 

@@ -80,6 +80,8 @@ class LateCreates:
             self._on_landed(name, meta.get("uid", ""), nonce)
 
     def _expire(self) -> None:
+        if not self._expected:  # the usual case: nothing found absent (every pod event)
+            return
         now = self._clock()
         for name in [n for n, (_, until) in self._expected.items() if until < now]:
             del self._expected[name]  # proven absent: nothing can land any more

@@ -338,6 +338,34 @@ async def test_the_informer_relists_after_410_and_keeps_resolving(
     assert counts(cluster, "list") == 2 and counts(cluster, "get") == 0
 
 
+@pytest.mark.asyncio
+async def test_an_expired_watch_is_watched_again_from_its_last_version_and_never_relisted(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """A watch ends when its ``timeoutSeconds`` run out; the client then watches again from
+    the last ``resourceVersion`` it saw, without a new list (Kubernetes API Concepts,
+    "Efficient detection of changes":
+    https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes).
+    One reconnect per expiry: two expiries are three watches on ONE list."""
+    cluster = make_cluster(nodes=2)
+    provider = make_provider(cluster, watch_timeout_s=1)
+    # One gate per pod watch, claimed in order: each expiry's reconnect is held in turn.
+    gates = [cluster.gates.add("watch_received", lambda ctx: ctx.kind == "pods") for _ in "123"]
+    created = asyncio.ensure_future(provider.create(spec("a")))
+    for n, gate in enumerate(gates, start=1):
+        await gate.reached(timeout=30)  # watch n (n - 1 expiries so far)
+        assert provider.informer is not None
+        assert (provider.informer.watches, provider.informer.lists) == (n, 1)
+        assert counts(cluster, "watch") == n and counts(cluster, "list") == 1
+        gate.release()
+        if n == 1:
+            await provider.wait_ready(await created, 30)
+    info = await provider.wait_ready(await provider.create(spec("b")), 30)
+    assert info.address  # the third watch, from the last version, delivered b's Ready
+    assert provider.informer is not None and provider.informer.relists_after_gone == 0
+    assert counts(cluster, "list") == 1
+
+
 # --- create failure plans -----------------------------------------------------------------
 @pytest.mark.asyncio
 @pytest.mark.parametrize("plan", ["504_after_store", "reset_after_store"])
