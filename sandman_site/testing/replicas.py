@@ -1,6 +1,7 @@
 """Service replicas as real processes for tests: Daphne with the production settings.
 
-Each replica is ``daphne sandman_site.asgi:application`` as a direct child of the test,
+Each replica is ``daphne sandman_site.asgi:application`` (or, split, ``manage.py
+run_controller`` and uvicorn; ``ControllerProcess`` alone) as a direct child of the test,
 on the test's PostgreSQL database (``DATABASE_URL`` pointed at the test database), with
 whatever environment the test adds (backend, Lease timing, Redis). Stopped with SIGINT
 (then SIGKILL), terminated with SIGTERM, or killed with SIGKILL; always waited for.
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -120,6 +122,67 @@ class Api:
                 return answer.status, json.loads(answer.read() or b"null")
         except urllib.error.HTTPError as refused:
             return refused.code, json.loads(refused.read() or b"null")
+
+
+class ControllerProcess:
+    """``manage.py run_controller`` alone as a direct child (split processes, §3.1), on the
+    socket ``<log_dir>/<identity>.sock``. ``listening`` is set once it printed that its
+    socket listens (a standby: only once it leads); SIGTERM with ``terminate``, always
+    waited for in ``stop``."""
+
+    def __init__(self, identity: str, env: dict[str, str], log_dir: Path) -> None:
+        self.identity = identity
+        self.socket = log_dir / f"{identity}.sock"
+        self.log = (log_dir / f"{identity}.log").open("w+")
+        self.listening = threading.Event()
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
+            "SANDMAN_SECRET_KEY": settings.SECRET_KEY,
+            "DATABASE_URL": replica_database_url(),
+            "SANDMAN_DB_POOL_MIN": "1",
+            "SANDMAN_LOG_LEVEL": "WARNING",
+            "SANDMAN_CONTROLLER_SOCKET": str(self.socket),
+            **env,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_controller"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
+        self._reader = threading.Thread(target=self._read, name=f"{identity}-stdout")
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # ends when the process closes its stdout
+            if b"listening" in line:
+                self.listening.set()
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-4000:]
+
+    def terminate(self, timeout_s: float = 120) -> int:
+        """SIGTERM (what the kubelet sends first) and wait for the exit; its code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.log.close()
 
 
 class SplitService:
