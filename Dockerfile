@@ -15,7 +15,8 @@ COPY dashboards dashboards
 COPY execd execd
 COPY templates templates
 COPY static static
-RUN pip install --no-cache-dir . \
+# uvicorn: the web workers of split processes (k8s/sandman.yaml's container `web`).
+RUN pip install --no-cache-dir '.[uvicorn]' \
     && SANDMAN_SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build \
        python manage.py collectstatic --noinput
 USER 65532:65532

@@ -9,8 +9,12 @@ means a typo or a field the API does not know).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -124,29 +128,106 @@ def test_the_role_grants_exactly_pods_anchor_configmaps_job_secrets_and_reading_
     ]
 
 
-def test_the_deployment_runs_daphne_against_the_sandbox_namespace(
+def _containers(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    pod = _find(objects, "Deployment", "sandman")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]}
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_each_replica_runs_the_controller_process_and_uvicorn_workers_sharing_its_socket(
     objects: list[dict[str, Any]],
 ) -> None:
-    deployment = _find(objects, "Deployment", "sandman")
-    pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    assert (
-        container["command"][0] == "daphne"
-        and container["command"][-1] == "sandman_site.asgi:application"
-    )
-    env = {e["name"]: e for e in container["env"]}
-    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "sandman-db"
-    assert env["SANDMAN_BACKEND"]["value"] == "kubernetes"
-    assert (
-        env["SANDMAN_NAMESPACE"]["value"]
-        == _find(objects, "Role", "sandman-sandboxes")["metadata"]["namespace"]
-    )
-    assert (
-        env["SANDMAN_EXECD_CARRIER_IMAGE"]["valueFrom"]["configMapKeyRef"]["name"]
-        == "sandman-execd-carrier"
-    )
-    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    """docs/architecture.md §3.1: ``manage.py run_controller`` and ``uvicorn --workers N``,
+    two containers of one pod, the socket in an emptyDir both mount at the directory of
+    ``SANDMAN_CONTROLLER_SOCKET`` (the same value in both)."""
+    pod = _find(objects, "Deployment", "sandman")["spec"]["template"]["spec"]
+    containers = _containers(objects)
+    assert set(containers) == {"controller", "web"}
+    controller, web = containers["controller"], containers["web"]
+    assert controller["command"][-2:] == ["manage.py", "run_controller"]
+    assert web["command"][0] == "uvicorn" and web["command"][-1] == "sandman_site.asgi:application"
+    assert any(arg.startswith("--workers=") for arg in web["command"])
+    assert controller["image"] == web["image"]
+    socket_path = {_env(c)["SANDMAN_CONTROLLER_SOCKET"]["value"] for c in (controller, web)}
+    (path,) = socket_path
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for container in (controller, web):
+        (mount,) = [
+            m for m in container["volumeMounts"] if str(Path(path).parent) == m["mountPath"]
+        ]
+        assert "emptyDir" in volumes[mount["name"]]
+    for container in (controller, web):
+        env = _env(container)
+        assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "sandman-db"
+        assert env["SANDMAN_SECRET_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "sandman-app"
+        assert env["SANDMAN_BACKEND"]["value"] == "kubernetes"
+        assert (
+            env["SANDMAN_NAMESPACE"]["value"]
+            == _find(objects, "Role", "sandman-sandboxes")["metadata"]["namespace"]
+        )
+        assert (
+            env["SANDMAN_EXECD_CARRIER_IMAGE"]["valueFrom"]["configMapKeyRef"]["name"]
+            == "sandman-execd-carrier"
+        )
+    assert "ports" not in controller  # it serves no HTTP; the Services target web's port
+    assert [p["name"] for p in web["ports"]] == ["http"]
     assert pod["serviceAccountName"] == "sandman"
+    # The kubelet's SIGKILL comes after the controller's stop (runner <= 10 s) and uvicorn's.
+    graceful = next(a for a in web["command"] if a.startswith("--timeout-graceful-shutdown="))
+    assert int(graceful.split("=")[1]) < pod["terminationGracePeriodSeconds"]
+
+
+def test_the_probes_ask_each_process_what_it_serves(objects: list[dict[str, Any]]) -> None:
+    """The web container: Ready and live on ``/healthz`` (a standby is Ready: the PDB and
+    the pages' Service count it). The controller: no readiness probe (a container without
+    one is Ready once running: a standby must not make its pod unready), liveness an exec
+    ``ping`` on its socket (run for real in ``test_controller_liveness_probe_*`` below)."""
+    controller, web = _containers(objects)["controller"], _containers(objects)["web"]
+    for kind in ("readinessProbe", "livenessProbe"):
+        assert web[kind]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert "readinessProbe" not in controller
+    assert controller["livenessProbe"]["exec"]["command"][:2] == ["python", "-c"]
+
+
+def _run_liveness_probe(objects: list[dict[str, Any]], path: Path) -> int:
+    command = _containers(objects)["controller"]["livenessProbe"]["exec"]["command"]
+    env = {"SANDMAN_CONTROLLER_SOCKET": str(path), "PATH": os.environ["PATH"]}
+    command = [sys.executable, *command[1:]]  # the image's python is this one's
+    return subprocess.run(command, env=env, timeout=60, capture_output=True).returncode
+
+
+def test_controller_liveness_probe_passes_without_a_listener_and_fails_on_a_silent_one(
+    objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """A standby (no socket), a socket file left by a killed process (nothing listens):
+    alive. A listener that accepts and never answers (a wedged loop): not alive. An
+    answer to the ping: alive (the real controller process: test_controller_failover.py)."""
+    path = tmp_path / "controller.sock"
+    assert _run_liveness_probe(objects, path) == 0
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.bind(str(path))
+        silent.listen(1)
+        assert _run_liveness_probe(objects, path) != 0
+    assert path.exists()  # left behind, nothing listening
+    assert _run_liveness_probe(objects, path) == 0
+    path.unlink()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(1)
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.makefile("rb").readline()
+                conn.sendall(b'{"id": 1, "ok": {"started": true}}\n')
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        assert _run_liveness_probe(objects, path) == 0
+        thread.join(60)
 
 
 def test_two_replicas_elect_a_leader_on_a_lease_and_trainers_reach_only_the_leader(
@@ -158,8 +239,7 @@ def test_two_replicas_elect_a_leader_on_a_lease_and_trainers_reach_only_the_lead
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     labels = deployment["spec"]["selector"]["matchLabels"]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e for e in container["env"]}
+    env = _env(_containers(objects)["controller"])  # the elector runs in the controller
     assert env["SANDMAN_REPLICA_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["SANDMAN_POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == (
         "metadata.namespace"
@@ -183,9 +263,11 @@ def test_two_replicas_elect_a_leader_on_a_lease_and_trainers_reach_only_the_lead
         == deployment["spec"]["template"]["spec"]["serviceAccountName"]
     )
     redis = _find(objects, "Service", "redis")
-    assert env["SANDMAN_REDIS_URL"]["value"] == (
-        f"redis://redis.{redis['metadata']['namespace']}.svc:{redis['spec']['ports'][0]['port']}/0"
-    )
+    port = redis["spec"]["ports"][0]["port"]
+    for container in _containers(objects).values():  # the controller publishes, web pushes
+        assert _env(container)["SANDMAN_REDIS_URL"]["value"] == (
+            f"redis://redis.{redis['metadata']['namespace']}.svc:{port}/0"
+        )
     assert _find(objects, "Deployment", "redis")["spec"]["replicas"] == 1
 
 

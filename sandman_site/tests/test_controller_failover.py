@@ -17,6 +17,8 @@ each process with its own identity, pod and socket, on a Lease longer than the t
   exits 0; the standby takes the Lease at its next retry, long before the old record could
   have expired (Leases: https://kubernetes.io/docs/concepts/architecture/leases/), and
   only then listens.
+* ``k8s/sandman.yaml``'s liveness probe of the controller container passes on both: the
+  leader answers its ``ping``, the standby has no socket.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from sandboxes.tests.test_k8s_manifests import _render, _run_liveness_probe
 from sandman_site.testing.replicas import ControllerProcess
 from sandman_site.tests.test_failover import (
     LEASE_NAME,
@@ -97,6 +100,8 @@ def test_run_controller_releases_its_lease_on_sigterm_and_the_standby_listens_on
         deadline_s=120,
     )
     assert lease_holder(cluster) == a.identity and answers(a.socket)
+    manifests = _render()  # k8s/sandman.yaml's liveness probe of the controller container
+    assert _run_liveness_probe(manifests, a.socket) == 0  # the leader answers its ping
     wait_until(  # the leader renewed while its informers watched: its controller runs
         lambda: any(
             w["open_watches"] > 0 and w["lease"]["spec"]["holderIdentity"] == a.identity
@@ -107,6 +112,7 @@ def test_run_controller_releases_its_lease_on_sigterm_and_the_standby_listens_on
     # The standby runs, retrying the Lease, and listens on nothing.
     assert b.proc.poll() is None, b.output()
     assert not b.listening.is_set() and not b.socket.exists() and not answers(b.socket)
+    assert _run_liveness_probe(manifests, b.socket) == 0  # a standby is alive
     holders = [
         w["lease"]["spec"]["holderIdentity"] for w in cluster.lease_writes(SERVICE_NS, LEASE_NAME)
     ]
