@@ -210,13 +210,24 @@ class LeaderElector:
                 timeout_s if timeout_s is not None else self.config.retry_period_s + 5
             )
 
+    def wait_started(self, timeout_s: float) -> bool:
+        """Whether this replica leads, after waiting up to ``timeout_s`` if it holds the
+        Lease while its controller is still starting (``on_started`` running: the
+        reconcile), so that a stop then is the orderly one -- work stopped, Lease released
+        -- not a holder left renewing with nothing served until the process ends."""
+        if self.leading or self.holder() != self.identity:
+            return self.leading
+        log.warning("%s holds the Lease, its controller is starting: waiting", self.identity)
+        return self._leading.wait(timeout_s)
+
     def resign(self, stop_work: Callable[[], bool]) -> bool:
         """An orderly stop (SIGTERM): True if this replica held the Lease and released it.
 
         A standby ends its candidacy (a stopping process never takes the Lease); a holder
         still starting its controller keeps renewing until the process ends (then the
-        Lease expires). The holder that leads first runs ``stop_work`` (the grading runner
-        and the controller stop; it returns whether they did, cleanly) while its elector
+        Lease expires; ``startup`` first lets such a start end: ``wait_started``). The
+        holder that leads first runs ``stop_work`` (the grading runner and the controller
+        stop; it returns whether they did, cleanly) while its elector
         keeps renewing, clears its leader label, ends the elector's thread, and then
         releases the Lease."""
         if not self.leading:

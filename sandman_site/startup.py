@@ -12,7 +12,8 @@ Rules a reader must not break:
   work (Daphne: a Twisted "before shutdown" trigger, run in a thread the reactor waits
   for), never from ``atexit``: by then no executor takes new work, and the controller's
   shutdown needs one. The grading runner stops before the controller, and both before the
-  release (``LeaderElector.resign``).
+  release (``LeaderElector.resign``). A stop that comes while this replica holds the Lease
+  but its controller is still starting waits for that start first (``wait_started``).
 """
 
 from __future__ import annotations
@@ -137,6 +138,9 @@ def _cancel_orphaned_tasks() -> Any:
 
 # The grading runner's wait for the grading in hand; a longer one keeps the Lease to expire.
 RUNNER_STOP_S = 10.0
+# A stop during the new holder's start waits this long for the start (its reconcile) to
+# end; inside terminationGracePeriodSeconds (60 s in k8s/sandman.yaml) with the stop after.
+START_WAIT_S = 30.0
 
 
 def _stop_work() -> bool:
@@ -150,6 +154,7 @@ def _stop_work() -> bool:
 def _resign() -> None:
     elector = election.current()
     if elector is not None:
+        elector.wait_started(START_WAIT_S)  # a start under way ends first: then resign
         elector.resign(_stop_work)
 
 

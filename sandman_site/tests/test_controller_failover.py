@@ -17,6 +17,9 @@ each process with its own identity, pod and socket, on a Lease longer than the t
   exits 0; the standby takes the Lease at its next retry, long before the old record could
   have expired (Leases: https://kubernetes.io/docs/concepts/architecture/leases/), and
   only then listens.
+* A SIGTERM after a process took the Lease but while its controller still starts (the
+  stand-in holds its reconcile's list of the sandbox pods) waits for the start, then stops
+  in the same order and releases the Lease; the process exits 0.
 * ``k8s/sandman.yaml``'s liveness probe of the controller container passes on both: the
   leader answers its ``ping``, the standby has no socket.
 """
@@ -24,6 +27,7 @@ each process with its own identity, pod and socket, on a Lease longer than the t
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -140,3 +144,33 @@ def test_run_controller_releases_its_lease_on_sigterm_and_the_standby_listens_on
     assert leader_label(cluster, a.identity) is None
     assert leader_label(cluster, b.identity) == "true"
     assert b.proc.poll() is None, b.output()
+
+
+def test_a_sigterm_while_the_new_holder_reconciles_still_ends_in_an_orderly_release(rig):
+    """SIGTERM after the Lease is taken but before the controller started (its reconcile's
+    first list of the sandbox pods is held by the stand-in): the process lets the start
+    finish, then stops it and releases the Lease, and exits 0 -- rather than leave a
+    holder whose socket never listens until the kubelet's SIGKILL and the Lease expires."""
+    cluster: StandinCluster = rig["cluster"]
+    cluster.put_pod(SERVICE_NS, other_tenant_pod("controller-c", labels={"app": "sandman"}))
+    reconcile_held = cluster.gates.add(
+        "list_received", lambda ctx: ctx.kind == "pods" and ctx.namespace == NS
+    )
+    c = ControllerProcess(
+        "controller-c", {**replica_env("controller-c", rig["kubeconfig"]), **LONG_LEASE}, rig["tmp"]
+    )
+    rig["processes"].append(c)
+    reconcile_held.wait_reached(120)
+    assert lease_holder(cluster) == c.identity and not c.listening.is_set()
+    c.proc.send_signal(signal.SIGTERM)
+    wait_until(  # the stop is taken while the start is under way (not after it ended)
+        lambda: "its controller is starting: waiting" in c.output(), what="the stop to wait"
+    )
+    reconcile_held.release()
+    assert c.proc.wait(timeout=120) == 0, c.output()
+    holders = [
+        w["lease"]["spec"]["holderIdentity"] for w in cluster.lease_writes(SERVICE_NS, LEASE_NAME)
+    ]
+    assert holders[-1] == "" and set(holders[:-1]) == {c.identity}, holders
+    assert leader_label(cluster, c.identity) is None
+    assert not c.socket.exists()
