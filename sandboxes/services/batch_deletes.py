@@ -23,7 +23,7 @@ from django.db import transaction
 
 from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox
-from sandboxes.services.batch import apply_moves_locked, lock_rows_by_pk
+from sandboxes.services.batch import apply_moves_locked, insert_new_rows, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
 from sandboxes.services.moves import Event, SandboxMove
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
@@ -124,7 +124,7 @@ def sandbox_begin_delete_many(
                 created_at=r.now,
                 next_attempt_at=r.now,
             )
-        PendingDelete.objects.bulk_create(list(fresh.values()))
+        insert_new_rows(PendingDelete, list(fresh.values()))  # pks are not needed here
         existing.update(fresh)
         for index, r in needs:
             out[index] = pending_order(existing[locked[r.sandbox_id].name])
