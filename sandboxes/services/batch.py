@@ -131,28 +131,6 @@ def _job_keys(job_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
         return {pk: (egress, key) for pk, egress, key in cursor.fetchall()}
 
 
-def insert_new_rows(model: type[Model], rows: Sequence[Model]) -> None:
-    """INSERT new rows of ``model`` with ONE ``executemany``, each value prepared as
-    ``bulk_create`` would (``pre_save``, then ``get_db_prep_save``); their pks are NOT read
-    back (callers that need them use :func:`_insert_sandboxes`' way). Not ``bulk_create``:
-    its INSERT compiler (``field_as_sql`` per value) cost more CPU than the insert."""
-    if not rows:
-        return
-    connection = _connection()
-    meta = model._meta
-    qn = connection.ops.quote_name
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    sql = (
-        f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))})"
-    )
-    params = [
-        [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields] for row in rows
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
-
-
 def _insert_sandboxes(rows: Sequence[Sandbox]) -> None:
     """INSERT new rows with ONE ``executemany``, then read their pks back by name (unique,
     and new: nobody else holds them). Each value is prepared as ``bulk_create`` would

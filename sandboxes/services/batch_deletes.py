@@ -23,9 +23,10 @@ from django.db import transaction
 
 from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox
-from sandboxes.services.batch import apply_moves_locked, insert_new_rows, lock_rows_by_pk
+from sandboxes.services.batch import apply_moves_locked, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
 from sandboxes.services.moves import Event, SandboxMove
+from sandboxes.services.rawinsert import insert_new_rows
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
 from sandman_site.errors import SandmanError
 
