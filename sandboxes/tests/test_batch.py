@@ -266,3 +266,24 @@ def test_pending_deletes_inserted_raw_hold_what_bulk_create_would(job: Job) -> N
             T0,
             T0,
         )
+
+
+def test_batched_events_are_one_read_and_one_insert_and_a_missing_sandbox_is_refused(
+    job: Job,
+) -> None:
+    """``sandbox_events_record_many`` (the batcher's ``event``: the WARM event of a create)."""
+    from sandboxes.services.batch import sandbox_events_record_many
+
+    a, b = (r.pk for r in sandbox_request_many(requests=_requests(job, 2)))
+    before = SandboxEvent.objects.count()
+    items = [(a, events.WARM, T0, {"late": False}), (999_999, events.WARM, T0, None),
+             (b, events.WARM, T0, None)]  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        out = sandbox_events_record_many(items=items)
+    assert out[0] is None and out[2] is None and isinstance(out[1], NotFound)
+    sqls = [q["sql"] for q in queries.captured_queries]
+    assert sum(q.startswith("SELECT") for q in sqls) == 1
+    assert sum("INSERT INTO" in q for q in sqls) == 1  # one executemany ("2 times: INSERT")
+    assert SandboxEvent.objects.count() == before + 2
+    warm = SandboxEvent.objects.filter(kind=events.WARM).order_by("sandbox_id")
+    assert [(e.sandbox_id, e.detail, e.at) for e in warm] == [(a, {"late": False}, T0), (b, {}, T0)]
