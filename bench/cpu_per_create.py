@@ -8,7 +8,9 @@ each, so both see the same machine load; records every run's
 ``controller_cpu_ms_per_create`` (``time.process_time()`` of the controller's process over
 the burst / creates: its loop, database, Kubernetes-client and informer threads, and the
 driver that fires the acquires), the CPU by thread role where the tree records it, Ready
-counts, leaks and the load average.
+counts, leaks and the load average; beside it, the CPU of the drain that follows per
+sandbox (``drain_cpu_ms_per_sandbox``: every delete's write, DELETE and confirmation; not
+part of the per-create figure).
 
 Results: ``bench/results/cpu_per_create.json``.
 Usage: ``python bench/cpu_per_create.py [--baseline REV] [--steps 600] [--rate 50] [--rounds 2]``
@@ -50,6 +52,7 @@ def run_once(tree: Path, out_dir: Path, tag: str, args: argparse.Namespace) -> d
         "requested", "ready", "pods_left_after_drain", "controller_cpu_s",
         "controller_cpu_ms_per_create", "controller_cpu_user_s", "controller_cpu_sys_s",
         "controller_cpu_s_by_thread", "standin_cpu_s", "write_batches", "burst_wall_s",
+        "drain_s", "drain_cpu_ms_per_sandbox", "drain_cpu_s_by_thread",
     )  # fmt: skip
     return {"tree": tag, "loadavg_at_start": [round(x, 2) for x in load]} | {
         k: step[k] for k in keep if k in step
@@ -85,6 +88,10 @@ def main() -> None:
         values = [r["controller_cpu_ms_per_create"] for r in runs if r["tree"] == tag]
         summary[tag] = {"runs": len(values), "median_ms_per_create": statistics.median(values),
                         "min": min(values), "max": max(values)}  # fmt: skip
+        drains = [r["drain_cpu_ms_per_sandbox"] for r in runs
+                  if r["tree"] == tag and "drain_cpu_ms_per_sandbox" in r]  # fmt: skip
+        if drains:  # the drain after the burst: each sandbox's delete, not in the figure above
+            summary[tag]["drain_median_ms_per_sandbox"] = statistics.median(drains)
     result = {
         "benchmark": "cpu_per_create",
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -206,12 +206,16 @@ class Ramp:
         create_ms = calls.get("create", [])[calls0.get("create", 0) :]
         all_ms = [x for op, v in calls.items() for x in v[calls0.get(op, 0) :]]
         failures = self.standin.get("address-failures").get("total", 0) - failures0
-        drain0 = time.monotonic()
+        drain0, drain_cpu0, drain_threads0 = time.monotonic(), time.process_time(), thread_cpu_s()
         self.controller.drain(job_id=job.pk)
         deadline = time.monotonic() + 900
         while Job.objects.get(pk=job.pk).state != "drained" and time.monotonic() < deadline:
             time.sleep(0.5)  # waiting for an observable state, not a measurement
         drain_s = time.monotonic() - drain0
+        # The drain's CPU (every delete: its write, the DELETE, the confirmation): this
+        # process's, over the drain; the MainThread's share is the poll above.
+        drain_cpu = time.process_time() - drain_cpu0
+        drain_threads = thread_cpu_delta(drain_threads0, thread_cpu_s())
         left = [
             p["metadata"]["name"]
             for p in self.standin.get("pods")
@@ -247,6 +251,9 @@ class Ramp:
             "watches": self.watches(),
             "hold": hold,
             "drain_s": round(drain_s, 2),
+            "drain_cpu_s": round(drain_cpu, 3),
+            "drain_cpu_ms_per_sandbox": round(drain_cpu / max(1, len(ok)) * 1000.0, 3),
+            "drain_cpu_s_by_thread": drain_threads,
             "pods_left_after_drain": len(left),
             "job_state_after_drain": Job.objects.get(pk=job.pk).state,
             "loadavg_at_start": [round(x, 2) for x in load0],

@@ -42,6 +42,7 @@ from sandboxes.services.acquisitions import acquisition_open_many
 from sandboxes.services.batch import (
     SandboxRequest,
     acquisition_record_many,
+    sandbox_events_record_many,
     sandbox_moves_apply,
     sandbox_request_many,
 )
@@ -98,6 +99,13 @@ class WriteBatcher:
     async def acquisition(self, record: dict[str, Any], *, urgent: bool = False) -> None:
         """One finished acquisition (``acquisition_record``'s keyword arguments)."""
         await self._submit(record, urgent, _apply_acquisitions)
+
+    async def event(
+        self, sandbox_id: int, kind: str, now: Any, detail: dict[str, Any] | None = None
+    ) -> None:
+        """``sandbox_record_event`` (an event without a state change); ``NotFound`` raised
+        here when the sandbox does not exist."""
+        await self._submit((sandbox_id, kind, now, detail), False, _apply_events)
 
     async def begin_delete(self, request: DeleteRequest) -> DeleteOrder | None:
         """``sandbox_begin_delete``: the order to send, or None (nothing on the backend)."""
@@ -206,6 +214,10 @@ def _apply_open_acquisitions(items: Sequence[dict[str, Any]]) -> list[Any]:
 
 def _apply_acquisitions(items: Sequence[dict[str, Any]]) -> list[Any]:
     return list(acquisition_record_many(records=items))
+
+
+def _apply_events(items: Sequence[tuple[int, str, Any, dict[str, Any] | None]]) -> list[Any]:
+    return list(sandbox_events_record_many(items=items))
 
 
 def _apply_begin_deletes(items: Sequence[DeleteRequest]) -> list[Any]:

@@ -33,7 +33,7 @@ from sandboxes.controller.tasks import AcquireGate, TaskOwner
 from sandboxes.models import Sandbox
 from sandboxes.pool import CreateTicket, Purpose, Settle, WarmPod
 from sandboxes.providers.base import OwnerRef, SandboxSpec
-from sandboxes.services import sandbox_fail, sandbox_mark_gone, sandbox_record_event
+from sandboxes.services import sandbox_fail, sandbox_mark_gone
 from sandboxes.services.batch import SandboxRequest
 from sandboxes.services.moves import (
     SandboxMove,
@@ -227,12 +227,11 @@ class CreateRunner:
                 )
             )
             late = ticket.purpose is Purpose.ACQUIRE
-            await self._tasks.db(
-                sandbox_record_event,
-                sandbox_id=row.pk,
-                kind=events.WARM,
-                now=self._state.now(),
-                detail={"late": late, "create_ms": round(create_ms, 3)},
+            await self._batcher.event(  # batched: one transaction with the others queued
+                row.pk,
+                events.WARM,
+                self._state.now(),
+                {"late": late, "create_ms": round(create_ms, 3)},
             )
         else:
             draining = rt.pool.draining

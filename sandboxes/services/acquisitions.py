@@ -25,6 +25,7 @@ from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
+from sandboxes.services.rawinsert import insert_new_rows
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome
 from sandman_site.errors import InvalidTransition, NotFound
 
@@ -170,7 +171,7 @@ def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisit
         for r in records
     ]
     with transaction.atomic():
-        Acquisition.objects.bulk_create(rows)
+        insert_new_rows(Acquisition, rows, with_pks=True)
     return rows
 
 

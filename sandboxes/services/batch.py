@@ -115,6 +115,26 @@ def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:
         return apply_moves_locked(lock_rows_by_pk({m.sandbox_id for m in moves}), moves)
 
 
+_PAYLOAD_FIELDS = ("id", "job_id", "name", "state", "role", "source", "key_hash", "image")
+
+
+def sandbox_events_record_many(
+    *, items: Sequence[tuple[int, str, dt.datetime, dict[str, Any] | None]]
+) -> list[None | SandmanError]:
+    """``sandbox_record_event`` for many ``(sandbox_id, kind, now, detail)``: ONE read of
+    the rows (only the fields ``payload`` publishes), ONE raw INSERT of the events, each
+    published on commit; per item None, or ``NotFound`` (no such sandbox: nothing written
+    for it)."""
+    with transaction.atomic():
+        ids = {sandbox_id for sandbox_id, _, _, _ in items}
+        rows = Sandbox.objects.only(*_PAYLOAD_FIELDS).in_bulk(ids)
+        found = [(i, k, at, dict(d or {})) for i, k, at, d in items if i in rows]
+        insert_events(found)
+        for sandbox_id, kind, at, _ in found:
+            publish_on_commit("sandbox.event", payload(rows[sandbox_id], kind=kind, at=at))
+    return [None if i in rows else NotFound(f"sandbox {i} does not exist") for i, _, _, _ in items]
+
+
 def _job_keys(job_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
     """``{job id: (egress, execd_key)}`` of the jobs that exist (one raw query)."""
     ids = sorted(job_ids)

@@ -26,6 +26,7 @@ from sandboxes.models import PendingDelete, Sandbox
 from sandboxes.services.batch import apply_moves_locked, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
 from sandboxes.services.moves import Event, SandboxMove
+from sandboxes.services.rawinsert import insert_new_rows
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
 from sandman_site.errors import SandmanError
 
@@ -124,7 +125,7 @@ def sandbox_begin_delete_many(
                 created_at=r.now,
                 next_attempt_at=r.now,
             )
-        PendingDelete.objects.bulk_create(list(fresh.values()))
+        insert_new_rows(PendingDelete, list(fresh.values()))  # pks are not needed here
         existing.update(fresh)
         for index, r in needs:
             out[index] = pending_order(existing[locked[r.sandbox_id].name])

@@ -220,3 +220,70 @@ def test_the_handle_folded_into_ready_is_one_write_with_the_events_of_two(job: J
     assert len(folded_ctx.captured_queries) < two
     with pytest.raises(ValueError):
         folded(_ready(a), handle)  # only a move without a state change folds
+
+
+def test_acquisitions_opened_in_one_raw_insert_get_their_own_ids(job: Job) -> None:
+    """``acquisition_open_many`` (raw multi-row INSERT ... RETURNING, services/rawinsert.py):
+    each row object gets the id of the row holding ITS values, in more rows than one chunk."""
+    from sandboxes.services.acquisitions import acquisition_open_many
+
+    records = [
+        {"job_id": job.pk, "role": "rollout", "image": f"img-{i}", "key_hash": f"{i:016d}",
+         "started_at": T0 + dt.timedelta(seconds=i), "idempotency_key": f"key-{i}" if i % 3 else ""}
+        for i in range(250)
+    ]  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        rows = acquisition_open_many(records=records)
+    inserts = [q for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 3  # 100 + 100 + 50 rows
+    assert len({r.pk for r in rows}) == 250 and all(r.pk for r in rows)
+    stored = {a.pk: a for a in Acquisition.objects.filter(job=job)}
+    for i, row in enumerate(rows):
+        got = stored[row.pk]
+        want = (f"img-{i}", f"{i:016d}", records[i]["started_at"])
+        assert (got.image, got.key_hash, got.started_at) == want
+        assert got.outcome == "pending" and got.idempotency_key == records[i]["idempotency_key"]
+        assert not row._state.adding
+
+
+def test_pending_deletes_inserted_raw_hold_what_bulk_create_would(job: Job) -> None:
+    """``sandbox_begin_delete_many``'s PendingDelete rows (one raw ``executemany``)."""
+    made = sandbox_request_many(requests=_requests(job, 3))
+    assert all(isinstance(r, Sandbox) for r in made)
+    rows = [r for r in made if isinstance(r, Sandbox)]
+    sandbox_moves_apply(moves=[creating_move(sandbox_id=r.pk, now=T0) for r in rows])
+    orders = sandbox_begin_delete_many(
+        requests=[DeleteRequest(sandbox_id=r.pk, reason="x" * 80, now=T0) for r in rows]
+    )
+    assert [getattr(o, "sandbox_id", None) for o in orders] == [r.pk for r in rows]
+    stored = {p.name: p for p in PendingDelete.objects.all()}
+    for r in rows:
+        p = stored[r.name]
+        assert (p.sandbox_id, p.reason, p.attempts, p.created_at, p.next_attempt_at) == (
+            r.pk,
+            "x" * 64,
+            0,
+            T0,
+            T0,
+        )
+
+
+def test_batched_events_are_one_read_and_one_insert_and_a_missing_sandbox_is_refused(
+    job: Job,
+) -> None:
+    """``sandbox_events_record_many`` (the batcher's ``event``: the WARM event of a create)."""
+    from sandboxes.services.batch import sandbox_events_record_many
+
+    a, b = (r.pk for r in sandbox_request_many(requests=_requests(job, 2)))
+    before = SandboxEvent.objects.count()
+    items = [(a, events.WARM, T0, {"late": False}), (999_999, events.WARM, T0, None),
+             (b, events.WARM, T0, None)]  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        out = sandbox_events_record_many(items=items)
+    assert out[0] is None and out[2] is None and isinstance(out[1], NotFound)
+    sqls = [q["sql"] for q in queries.captured_queries]
+    assert sum(q.startswith("SELECT") for q in sqls) == 1
+    assert sum("INSERT INTO" in q for q in sqls) == 1  # one executemany ("2 times: INSERT")
+    assert SandboxEvent.objects.count() == before + 2
+    warm = SandboxEvent.objects.filter(kind=events.WARM).order_by("sandbox_id")
+    assert [(e.sandbox_id, e.detail, e.at) for e in warm] == [(a, {"late": False}, T0), (b, {}, T0)]

@@ -15,7 +15,6 @@ returned is the first page's, the one a watch may resume from.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sandboxes.providers.kubernetes.config import SELECTOR, KubernetesConfig
+from sandboxes.providers.kubernetes.fastjson import loads
 from sandboxes.providers.kubernetes.retry import RetryPolicy, status_of
 
 Pod = dict[str, Any]
@@ -114,7 +114,7 @@ class Pages:
                 continue
             try:
                 self.pages += 1
-                return dict(json.loads(resp.data))
+                return dict(loads(resp.data))
             finally:
                 resp.release_conn()
 
