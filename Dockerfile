@@ -16,7 +16,7 @@ COPY execd execd
 COPY templates templates
 COPY static static
 # uvicorn: the web workers of split processes (k8s/sandman.yaml's container `web`).
-RUN pip install --no-cache-dir '.[uvicorn]' \
+RUN pip install --no-cache-dir '.[uvicorn,fast]' \
     && SANDMAN_SECRET_KEY=build DATABASE_URL=postgres://build@localhost/build \
        python manage.py collectstatic --noinput
 USER 65532:65532

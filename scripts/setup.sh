@@ -31,7 +31,7 @@ sandman_venv() {
     if [ ! -x "$venv/bin/python" ]; then
         python3 -m venv "$venv"
     fi
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,agents]"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,agents,fast]"
     PY="$venv/bin/python"
     export PY
 }

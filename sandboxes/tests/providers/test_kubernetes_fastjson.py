@@ -53,3 +53,9 @@ def test_sandman_no_orjson_forces_the_standard_library() -> None:
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["json", "True"]
+
+
+def test_the_test_environment_decodes_with_orjson() -> None:
+    """The test command installs the ``fast`` extra (scripts/setup.sh), so the decoder the
+    provider tests exercise is orjson; the fallback is checked above."""
+    assert fastjson.DECODER == "orjson"
