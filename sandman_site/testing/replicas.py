@@ -40,6 +40,39 @@ def replica_database_url() -> str:
     return urllib.parse.urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
 
 
+def production_env(extra: dict[str, str]) -> dict[str, str]:
+    """A service process's environment: this one's, the production settings on the test's
+    database, then ``extra`` (which overrides them)."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
+        # The test process's key: sessions it logs in are valid on the replicas.
+        "SANDMAN_SECRET_KEY": settings.SECRET_KEY,
+        "DATABASE_URL": replica_database_url(),
+        "SANDMAN_DB_POOL_MIN": "1",
+        "SANDMAN_LOG_LEVEL": "WARNING",
+        **extra,
+    }
+
+
+def interrupt(proc: subprocess.Popen[Any], timeout_s: float = 30) -> None:
+    """SIGINT (an orderly stop), SIGKILL if it has not ended within ``timeout_s``; waited."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def terminate(proc: subprocess.Popen[Any], timeout_s: float) -> int:
+    """SIGTERM (what the kubelet sends first) and wait for the exit; its code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=timeout_s)
+
+
 class Replica:
     """One service process (Daphne) as a direct child; SIGKILL or SIGINT, always waited.
     ``env`` is added to (and overrides) the production defaults above."""
@@ -51,16 +84,7 @@ class Replica:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (log_dir / f"{log_name or identity}.log").open("w+")
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
-            # The test process's key: sessions it logs in are valid on the replicas.
-            "SANDMAN_SECRET_KEY": settings.SECRET_KEY,
-            "DATABASE_URL": replica_database_url(),
-            "SANDMAN_DB_POOL_MIN": "1",
-            "SANDMAN_LOG_LEVEL": "WARNING",
-            **env,
-        }
+        env = production_env(env)
         argv = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
         self.proc = subprocess.Popen(
             [sys.executable, *argv, "sandman_site.asgi:application"],
@@ -81,18 +105,10 @@ class Replica:
 
     def terminate(self, timeout_s: float = 120) -> int:
         """SIGTERM (what the kubelet sends first) and wait for the exit; its code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout_s)
+        return terminate(self.proc, timeout_s)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        interrupt(self.proc)
         self.log.close()
 
 
@@ -135,16 +151,7 @@ class ControllerProcess:
         self.socket = log_dir / f"{identity}.sock"
         self.log = (log_dir / f"{identity}.log").open("w+")
         self.listening = threading.Event()
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
-            "SANDMAN_SECRET_KEY": settings.SECRET_KEY,
-            "DATABASE_URL": replica_database_url(),
-            "SANDMAN_DB_POOL_MIN": "1",
-            "SANDMAN_LOG_LEVEL": "WARNING",
-            "SANDMAN_CONTROLLER_SOCKET": str(self.socket),
-            **env,
-        }
+        env = production_env({"SANDMAN_CONTROLLER_SOCKET": str(self.socket), **env})
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "run_controller"],
             cwd=REPO,
@@ -167,18 +174,10 @@ class ControllerProcess:
 
     def terminate(self, timeout_s: float = 120) -> int:
         """SIGTERM (what the kubelet sends first) and wait for the exit; its code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout_s)
+        return terminate(self.proc, timeout_s)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        interrupt(self.proc)
         self._reader.join(30)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
@@ -195,16 +194,7 @@ class SplitService:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (log_dir / "split.log").open("w+")
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.production",
-            "SANDMAN_SECRET_KEY": settings.SECRET_KEY,
-            "DATABASE_URL": replica_database_url(),
-            "SANDMAN_DB_POOL_MIN": "1",
-            "SANDMAN_LOG_LEVEL": "WARNING",
-            "SANDMAN_CONTROLLER_SOCKET": str(log_dir / "controller.sock"),
-            **env,
-        }
+        env = production_env({"SANDMAN_CONTROLLER_SOCKET": str(log_dir / "controller.sock"), **env})
         self.controller = subprocess.Popen(
             [sys.executable, "manage.py", "run_controller"],
             cwd=REPO,
@@ -254,13 +244,8 @@ class SplitService:
 
     def stop(self) -> None:
         for proc in (self.server, self.controller):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            if proc is not None:
+                interrupt(proc)
         if self.controller.stdout is not None:
             self.controller.stdout.close()
         self.log.close()
