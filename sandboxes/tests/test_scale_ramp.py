@@ -49,12 +49,16 @@ def cluster() -> Any:
 
 def _loop_load(controller: Controller) -> tuple[int, int]:
     """(tasks, timers) pending on the controller's loop. asyncio has no public count of a
-    loop's timers: ``_scheduled`` is its heap of ``TimerHandle``s."""
+    loop's timers: ``_scheduled`` is its heap of ``TimerHandle``s. A cancelled handle (the
+    timeout of an acquire that already returned) stays in that heap until its due time or
+    until asyncio compacts the heap (more than 100 cancelled and over half of it): it is
+    not a live timer, so it is not counted."""
     loop = controller.loop
     assert loop is not None
 
     async def count() -> tuple[int, int]:
-        return len(asyncio.all_tasks()), len(loop._scheduled)  # type: ignore[attr-defined]
+        scheduled = loop._scheduled  # type: ignore[attr-defined]
+        return len(asyncio.all_tasks()), sum(1 for h in scheduled if not h.cancelled())
 
     return asyncio.run_coroutine_threadsafe(count(), loop).result(timeout=60)
 
