@@ -2,8 +2,10 @@
 
 Sandman errors carry their own code and status; DRF's own errors (validation, auth,
 404, method) are mapped to stable codes; a database outage is a 503 (``dbguard.py``). A
-``503 controller_unavailable`` of a replica that elects carries ``Retry-After`` (its
-elector's retry period: a failover is under way or the Service has not yet moved).
+``503 controller_unavailable`` carries ``Retry-After`` (``controller_retry_after_s``: the
+retry period of the Lease where replicas elect -- a failover is under way or the Service
+has not yet moved -- else 1 s: split processes whose controller process is restarting or
+draining).
 Anything else is left to Django (a 500 is a bug).
 """
 
@@ -51,15 +53,26 @@ def _sentence(detail: Any) -> str:
     return str(detail)
 
 
+def controller_retry_after_s() -> int:
+    """When a ``controller_unavailable`` answer is worth resending, in whole seconds."""
+    from django.conf import settings
+
+    elector = election.current()
+    if elector is not None:
+        return elector.retry_after_s()
+    if settings.SANDMAN_BACKEND == "kubernetes" and settings.SANDMAN_LEADER_ELECTION:
+        return int(settings.SANDMAN_LEASE_RETRY_PERIOD_S)  # the controller process elects
+    return 1
+
+
 def exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, SandmanError):
         error: dict[str, Any] = {"error": exc.code, "detail": exc.message}
         if exc.extra:
             error["extra"] = exc.extra
         headers = None
-        elector = election.current()
-        if isinstance(exc, ControllerUnavailable) and elector is not None:
-            headers = {"Retry-After": str(elector.retry_after_s())}
+        if isinstance(exc, ControllerUnavailable):
+            headers = {"Retry-After": str(controller_retry_after_s())}
         return Response(error, status=exc.status, headers=headers)
     if isinstance(exc, OUTAGE_ERRORS):  # PostgreSQL restarting or unreachable (dbguard.py)
         return Response(outage_body(), status=503, headers={"Retry-After": "1"})

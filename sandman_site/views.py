@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import csrf
 from django.views.decorators.csrf import csrf_exempt
 
-from sandman_site import election
+from sandman_site import api_errors, election
+from sandman_site.errors import ControllerUnavailable
 
 
 def _database_ok() -> bool:
@@ -28,27 +30,77 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def readyz(request: HttpRequest) -> JsonResponse:
     """Readiness: the database answers and, where replicas elect a leader, this replica
     holds the controller's Lease -- so the Kubernetes Service sends trainers to the leader
-    only. A standby answers 503 ``not_leader`` (it stays live: ``/healthz``)."""
+    only. A standby answers 503 ``not_leader`` (it stays live: ``/healthz``).
+
+    A web worker of split processes (``SANDMAN_CONTROLLER_SOCKET``) runs no elector: it
+    asks the controller process (``ping``), and is ready only while that one answers, has
+    started (and so reconciled, and holds the Lease where replicas elect) and is not
+    stopping; otherwise 503 ``controller_unavailable`` with ``Retry-After``."""
     db_ok = _database_ok()
-    elector = election.current()
     body: dict[str, object] = {"ok": db_ok, "database": db_ok, "leader_election": False}
-    if elector is not None:
-        body.update(
-            leader_election=True,
-            identity=elector.identity,
-            leading=elector.leading,
-            holder=elector.holder(),
-        )
+    if settings.SANDMAN_CONTROLLER_SOCKET:
+        _controller_process_readiness(body)
+    else:
+        _elector_readiness(body)
     if not db_ok:
         body.update(ok=False, error="database_unavailable", detail="The database does not answer.")
-    elif elector is not None and not elector.leading:
+    response = JsonResponse(body, status=200 if body["ok"] else 503)
+    if body.get("error") == "controller_unavailable":
+        response["Retry-After"] = str(api_errors.controller_retry_after_s())
+    return response
+
+
+def _elector_readiness(body: dict[str, object]) -> None:
+    elector = election.current()
+    if elector is None:
+        return
+    body.update(
+        leader_election=True,
+        identity=elector.identity,
+        leading=elector.leading,
+        holder=elector.holder(),
+    )
+    if not elector.leading:
         body.update(
             ok=False,
             error="not_leader",
             detail=f"Replica {elector.identity} is a standby; {elector.holder() or 'nobody'} "
             "holds the controller's Lease.",
         )
-    return JsonResponse(body, status=200 if body["ok"] else 503)
+
+
+def _controller_process_readiness(body: dict[str, object]) -> None:
+    from sandboxes.apis.common import controller  # a web worker's RemoteController
+    from sandboxes.controller.remote import RemoteController
+
+    remote = controller()
+    assert isinstance(remote, RemoteController)
+    try:
+        state = remote.ready()
+    except ControllerUnavailable as exc:
+        body.update(
+            ok=False,
+            controller="unreachable",
+            error="controller_unavailable",
+            detail=f"{exc.message} (a standby waiting for the Lease, or a restart).",
+        )
+        return
+    if state.get("stopping"):
+        phase = "stopping"
+    else:
+        phase = "started" if state.get("started") else "starting"
+    body.update(controller=phase, leader_election=bool(state.get("leader_election")))
+    for field in ("identity", "leading", "holder"):
+        if field in state:
+            body[field] = state[field]
+    if body["controller"] != "started":
+        body.update(
+            ok=False,
+            error="controller_unavailable",
+            detail=f"The controller process is {body['controller']}.",
+        )
+    elif state.get("leader_election") and not state.get("leading"):
+        body.update(ok=False, error="not_leader", detail="The controller process is a standby.")
 
 
 def favicon(request: HttpRequest) -> HttpResponse:

@@ -21,7 +21,9 @@ Invariants a reader must not break:
   is the DRF view's own answer, so the error contract is the views' by construction.
 * Once the controller is called, its ``SandmanError`` leaves through
   ``sandman_site.api_errors.exception_handler`` and DRF's ``JSONRenderer``: the same
-  ``{"error", "detail"}`` body and status the view would give, with the view's headers.
+  ``{"error", "detail"}`` body and status the view would give, with the view's headers
+  and the handler's own (a ``503 controller_unavailable``'s ``Retry-After``: split
+  processes whose controller process is restarting or stopping).
 * A client that disconnects cancels the controller call, as Django cancels a view.
 * What Django's middleware would do is done or declined: a Host outside ALLOWED_HOSTS
   goes to Django (its 400); the security headers come from the same settings; with an
@@ -122,10 +124,10 @@ def hot_routes(app: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[N
         outcome = await _until_disconnect(call, receive)
         if outcome is None:
             return  # the client left; the controller call was cancelled
-        status, data = outcome
+        status, data, extra = outcome
         if status >= 500:
             request_log.error("%s: %s", HTTPStatus(status).phrase, scope.get("path"))
-        await _send_json(send, status, data, view_headers)
+        await _send_json(send, status, data, [*view_headers, *extra])
 
     return asgi
 
@@ -317,7 +319,10 @@ def _replayed(messages: list[dict[str, Any]], receive: Receive) -> Receive:
     return replay
 
 
-async def _until_disconnect(call: Call, receive: Receive) -> tuple[int, Any] | None:
+Answer = tuple[int, Any, list[tuple[bytes, bytes]]]  # status, data, the handler's headers
+
+
+async def _until_disconnect(call: Call, receive: Receive) -> Answer | None:
     """Run the controller call; cancel it if the client disconnects first."""
     work = asyncio.ensure_future(_answer(call))
     listen = asyncio.ensure_future(_disconnected(receive))
@@ -332,15 +337,21 @@ async def _until_disconnect(call: Call, receive: Receive) -> tuple[int, Any] | N
     return work.result()
 
 
-async def _answer(call: Call) -> tuple[int, Any]:
+async def _answer(call: Call) -> Answer:
     try:
-        return await call()
+        status, data = await call()
+        return status, data, []
     except SandmanError as exc:
         from sandman_site.api_errors import exception_handler
 
         response = exception_handler(exc, {})
-        assert response is not None
-        return response.status_code, response.data
+        assert response is not None  # its headers: e.g. a 503's Retry-After
+        extra = [
+            (k.lower().encode("latin-1"), str(v).encode("latin-1"))
+            for k, v in response.items()
+            if k.lower() != "content-type"  # the view's JSON type is in its headers already
+        ]
+        return response.status_code, response.data, extra
 
 
 async def _disconnected(receive: Receive) -> None:

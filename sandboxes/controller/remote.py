@@ -148,6 +148,11 @@ class RemoteController:
     def drain(self, *, job_id: int) -> None:
         self._call("drain", {"job_id": job_id})
 
+    def ready(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """The controller process's own view (``ping``: started, stopping, its Lease), for
+        a web worker's ``/readyz``; ``ControllerUnavailable`` when it does not answer."""
+        return dict(self._call("ping", {}, timeout=timeout_s))
+
     def stats(self) -> dict[str, Any]:
         return dict(self._call("stats", {}, timeout=10))
 

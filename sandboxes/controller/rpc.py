@@ -20,6 +20,13 @@ Invariants a reader must not break:
   flight, exactly as a disconnecting HTTP client cancels its own: an acquire's wait is
   cancelled, never a create, and its acquisition row is finished ``cancelled`` (§7).
 * The socket file is created with mode 0600 (only the service's own user may call it).
+* An orderly stop DRAINS (``stop(drain_s=...)``): the socket stops taking connections and
+  every new call is answered ``controller_unavailable`` (a web worker answers it 503 with
+  ``Retry-After``; the trainer client resends a keyed call), while the calls already in
+  flight run to their answer for up to ``drain_s``; only what is still running then is
+  cancelled (an acquire's wait, never a create: its row ends ``cancelled``) and its
+  connection closed. ``ping`` is answered while draining, with ``stopping: true``, so a web
+  worker's ``/readyz`` turns 503 before the socket goes.
 """
 
 from __future__ import annotations
@@ -35,8 +42,9 @@ from typing import Any
 
 from sandboxes.controller.core import Controller
 from sandboxes.controller.runtime import PrewarmKey
+from sandman_site import election
 from sandman_site.dbguard import OUTAGE_ERRORS
-from sandman_site.errors import SandmanError
+from sandman_site.errors import ControllerUnavailable, SandmanError
 
 log = logging.getLogger(__name__)
 MAX_LINE = 1 << 20  # a call is a few hundred bytes; a prewarm of many keys a few KiB
@@ -74,6 +82,9 @@ class ControllerRpcServer:
         self._controller = controller
         self._path = path
         self._server: asyncio.AbstractServer | None = None
+        self._stopping = False
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "acquire": self._acquire,
             "release": self._release,
@@ -91,12 +102,17 @@ class ControllerRpcServer:
             raise RuntimeError("start the controller before its socket")
         asyncio.run_coroutine_threadsafe(self._listen(), loop).result(timeout=30)
 
-    def stop(self) -> None:
+    def stop(self, drain_s: float = 0) -> dict[str, int]:
+        """Stop taking calls, let those in flight finish for up to ``drain_s``, cancel the
+        rest; the counts (``drained``: answered meanwhile, ``cut``: cancelled)."""
         loop = self._controller.loop
+        counts = {"drained": 0, "cut": 0}
         if self._server is not None and loop is not None and loop.is_running():
-            asyncio.run_coroutine_threadsafe(self._close(), loop).result(timeout=30)
+            future = asyncio.run_coroutine_threadsafe(self._close(drain_s), loop)
+            counts = future.result(timeout=drain_s + 30)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path)
+        return counts
 
     async def _listen(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -109,13 +125,29 @@ class ControllerRpcServer:
         finally:
             os.umask(old)
 
-    async def _close(self) -> None:
+    async def _close(self, drain_s: float) -> dict[str, int]:
         assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
+        self._stopping = True
+        self._server.close()  # no new connection; the open ones get "stopping" answers
+        running = set(self._inflight)
+        done: set[asyncio.Task[None]] = set()
+        if running and drain_s > 0:
+            done, _ = await asyncio.wait(running, timeout=drain_s)
+        cut = [task for task in running - done if not task.done()]
+        for task in cut:
+            task.cancel()
+        if cut:
+            await asyncio.gather(*cut, return_exceptions=True)
+        for writer in list(self._writers):
+            writer.close()
+        await self._server.wait_closed()  # after the writers: 3.12 waits for connections
+        counts = {"drained": len(done), "cut": len(cut)}
+        log.info("controller socket closed: %(drained)d calls drained, %(cut)d cut", counts)
+        return counts
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         calls: dict[int, asyncio.Task[None]] = {}
+        self._writers.add(writer)
         try:
             while line := await reader.readline():
                 message = json.loads(line)
@@ -127,6 +159,8 @@ class ControllerRpcServer:
                     continue
                 task = asyncio.ensure_future(self._answer(call_id, message, writer))
                 calls[call_id] = task
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
                 task.add_done_callback(_forget(calls, call_id))
         except (ConnectionError, ValueError, KeyError, asyncio.LimitOverrunError) as exc:
             log.warning("controller socket: a connection ended: %s", exc)
@@ -135,13 +169,17 @@ class ControllerRpcServer:
                 task.cancel()
             if calls:
                 await asyncio.gather(*calls.values(), return_exceptions=True)
+            self._writers.discard(writer)
             writer.close()
 
     async def _answer(self, call_id: int, message: dict[str, Any], writer: Any) -> None:
-        op = self._ops.get(str(message.get("op")))
+        name = str(message.get("op"))
+        op = self._ops.get(name)
         try:
             if op is None:
                 raise ValueError(f"unknown operation {message.get('op')!r}")
+            if self._stopping and name != "ping":
+                raise ControllerUnavailable("the controller process is stopping; resend")
             answer: dict[str, Any] = {"id": call_id, "ok": await op(message.get("args") or {})}
         except asyncio.CancelledError:
             raise
@@ -173,4 +211,18 @@ class ControllerRpcServer:
         return await self._controller.ajob_of_in_use(sandbox_id=int(args["sandbox_id"]))
 
     async def _ping(self, args: dict[str, Any]) -> dict[str, Any]:
-        return {"started": self._controller.started}
+        """What a web worker's ``/readyz`` reports: started, stopping, and the Lease."""
+        answer: dict[str, Any] = {
+            "started": bool(self._controller.started),
+            "stopping": self._stopping,
+            "leader_election": False,
+        }
+        elector = election.current()
+        if elector is not None:
+            answer.update(
+                leader_election=True,
+                identity=elector.identity,
+                leading=elector.leading,
+                holder=elector.holder(),
+            )
+        return answer

@@ -250,3 +250,25 @@ def _in_use(job_id: int) -> int:
     from sandboxes.models import Sandbox
 
     return Sandbox.objects.filter(job_id=job_id, state="in_use").count()
+
+
+async def test_a_split_web_workers_fast_path_503_says_when_to_retry_as_the_view_does(
+    trainer, settings, tmp_path
+):
+    """Split processes with the controller process gone (restarting, or stopping): the fast
+    path answers the view's ``503 controller_unavailable`` WITH its ``Retry-After``."""
+    app = Recorder()
+    fast = hot_routes(app)
+    acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
+    good = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
+    status, _, first = await post(fast, acquire, trainer["token"], good)  # learns the caller
+    assert status == 200, first
+    settings.SANDMAN_CONTROLLER_SOCKET = str(tmp_path / "nobody-listens.sock")
+    before = len(app.paths)
+    fast_status, fast_headers, fast_answer = await post(fast, acquire, trainer["token"], good)
+    assert len(app.paths) == before  # the fast path answered
+    view_status, view_headers, view_answer = await post(app, acquire, trainer["token"], good)
+    assert fast_status == view_status == 503
+    assert fast_answer == view_answer and fast_answer["error"] == "controller_unavailable"
+    assert fast_headers["retry-after"] == view_headers["retry-after"] == "1"
+    assert fast_headers["content-type"] == "application/json"

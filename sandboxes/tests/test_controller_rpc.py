@@ -101,3 +101,113 @@ def test_a_cancelled_remote_acquire_cancels_only_its_wait(make_controller, sandb
     finally:
         provider.gate.set()
         server.stop()
+
+
+def test_an_orderly_stop_drains_the_calls_in_flight_and_refuses_new_ones(
+    make_controller, sandbox_root, socket_path
+):
+    """SIGTERM to ``run_controller``: the acquire waiting for its create still gets its
+    sandbox; a call sent meanwhile on the same connection and a new connection are refused
+    with ``controller_unavailable`` (the web worker's 503, resent by the client)."""
+    provider = local_provider(sandbox_root, cls=GatedProvider)
+    controller = make_controller(provider=provider)
+    server = serve(controller, socket_path)
+    try:
+        job = make_job(warm_per_key=0)
+        remote = RemoteController(socket_path)
+
+        async def stop_under_a_call() -> tuple[object, dict[str, int]]:
+            waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
+            assert await asyncio.to_thread(provider.reached.wait, 60)  # its create is held
+            stopping = asyncio.ensure_future(asyncio.to_thread(server.stop, 300))
+
+            def refused() -> bool:
+                try:
+                    RemoteController(socket_path).ready()
+                except ControllerUnavailable:
+                    return True
+                return False
+
+            await asyncio.to_thread(wait_for, refused)  # no new connection is taken
+            with pytest.raises(ControllerUnavailable, match="stopping"):
+                await remote.ajob_of_in_use(sandbox_id=1)  # a new call on the open one
+            assert not waiting.done() and not stopping.done()
+            provider.gate.set()  # the create ends: the drained call gets its answer
+            return await waiting, await stopping
+
+        result, counts = asyncio.run(stop_under_a_call())
+        assert counts == {"drained": 1, "cut": 0}
+        assert result.source == "created" and result.sandbox_id  # type: ignore[attr-defined]
+        row = Acquisition.objects.get(job=job)
+        assert (row.outcome, row.sandbox_id) == ("ok", result.sandbox_id)  # type: ignore[attr-defined]
+    finally:
+        provider.gate.set()
+        server.stop()
+
+
+def test_a_call_that_outlasts_the_drain_is_cut_as_a_503_and_its_wait_cancelled(
+    make_controller, sandbox_root, socket_path
+):
+    provider = local_provider(sandbox_root, cls=GatedProvider)
+    controller = make_controller(provider=provider)
+    server = serve(controller, socket_path)
+    try:
+        job = make_job(warm_per_key=0)
+        remote = RemoteController(socket_path)
+
+        async def cut() -> dict[str, int]:
+            waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
+            assert await asyncio.to_thread(provider.reached.wait, 60)
+            counts = await asyncio.to_thread(server.stop, 0)  # no drain time at all
+            with pytest.raises(ControllerUnavailable):
+                await waiting
+            return counts
+
+        assert asyncio.run(cut()) == {"drained": 0, "cut": 1}
+        wait_for(lambda: Acquisition.objects.filter(job=job, outcome="cancelled").count() == 1)
+        provider.gate.set()  # the create goes on and its unused pod is kept
+        wait_for(lambda: Sandbox.objects.filter(job=job, state="ready").count() == 1)
+    finally:
+        provider.gate.set()
+        server.stop()
+
+
+def test_a_web_workers_readyz_asks_the_controller_process_and_its_503s_say_when_to_retry(
+    controller, socket_path, settings
+):
+    """Split processes: ``/readyz`` is 200 only while the controller process answers and
+    has started; then 503 ``controller_unavailable`` with ``Retry-After``, as is a trainer's
+    acquire (the client resends its keyed call after it)."""
+    from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    from sandboxes.tests.api_support import api
+
+    settings.SANDMAN_CONTROLLER_SOCKET = socket_path
+    server = serve(controller, socket_path)
+    try:
+        ready = Client().get("/readyz")
+        assert ready.status_code == 200, ready.content
+        assert ready.json() == {
+            "ok": True, "database": True, "leader_election": False, "controller": "started",
+        }  # fmt: skip
+    finally:
+        server.stop()
+    refused = Client().get("/readyz")
+    assert refused.status_code == 503
+    assert refused.json()["error"] == "controller_unavailable"
+    assert refused.json()["controller"] == "unreachable"
+    assert refused["Retry-After"] == "1"
+
+    job = make_job(warm_per_key=0)
+    token = Token.objects.create(user=job.owner).key
+    answer = api(token).post(
+        f"/api/v1/jobs/{job.pk}/acquire/",
+        {"image": "sandman/empty", "spec": {"cpu": "250m", "memory": "256Mi"}},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="k-1",
+    )
+    assert answer.status_code == 503, answer.content
+    assert answer.json()["error"] == "controller_unavailable"
+    assert answer["Retry-After"] == "1"
+    assert not Acquisition.objects.filter(job=job).exists()

@@ -204,6 +204,9 @@ SANDMAN_CONTROLLER_AUTOSTART = env_bool("SANDMAN_CONTROLLER_AUTOSTART", True)
 # listening on this Unix socket; ASGI worker processes with it set start no controller and
 # send acquires, releases, prewarms and drains there. Empty: the controller runs in-process.
 SANDMAN_CONTROLLER_SOCKET = env_str("SANDMAN_CONTROLLER_SOCKET", "")
+# run_controller's orderly stop: how long the web workers' calls in flight may still run
+# to their answer (within k8s/sandman.yaml's 60 s terminationGracePeriodSeconds).
+SANDMAN_CONTROLLER_DRAIN_S = env_float("SANDMAN_CONTROLLER_DRAIN_S", 20.0)
 # Replicas on Kubernetes: the one holding this coordination.k8s.io/v1 Lease runs the
 # controller (sandman_site/election.py); never on the local backend.
 SANDMAN_LEADER_ELECTION = env_bool("SANDMAN_LEADER_ELECTION", True)

@@ -8,8 +8,10 @@ same variable, start no controller of their own.
 
 Order a reader must not break: the controller starts (and reconciles, §7) before the
 socket listens, so no call reaches a controller that has not reconciled; on SIGTERM or
-SIGINT the socket closes first (the workers' calls in flight end as 503), then the
-grading runner and the controller stop, and a Lease holder releases its Lease
+SIGINT the socket drains first (``ControllerRpcServer.stop``: new calls are answered 503
+``controller_unavailable``, the calls in flight run to their answer for up to
+``SANDMAN_CONTROLLER_DRAIN_S``, the rest are cancelled), then the grading runner and the
+controller stop, and a Lease holder releases its Lease
 (``startup.stop_service``). On the Kubernetes backend with leader election
 on, the socket listens only once this process holds the Lease (``sandman_site/election.py``);
 until then the workers answer 503 ``controller_unavailable``.
@@ -57,6 +59,10 @@ class Command(BaseCommand):
         self.stdout.write(f"controller listening on {path}\n")
         self.stdout.flush()
         stop.wait()
-        server.stop()
+        counts = server.stop(drain_s=settings.SANDMAN_CONTROLLER_DRAIN_S)
+        self.stdout.write(
+            "controller socket closed: {drained} calls drained, {cut} cut\n".format(**counts)
+        )
+        self.stdout.flush()
         # The runner, then the controller; a Lease holder then releases its Lease.
         startup.stop_service()
