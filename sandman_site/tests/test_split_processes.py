@@ -17,13 +17,23 @@ over HTTP, each pod a real execd), leader election off. The test drives the serv
   and the next acquires get those pods. A held create is the stand-in holding the
   API server's answer after the pod is stored (a slow create, as an admission webhook or a
   loaded API server makes one: https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/).
+* SIGTERM to the controller process (what the kubelet sends first at a pod's deletion:
+  https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination)
+  while an acquire waits on a held create: the workers' ``/readyz`` turns 503 and new
+  acquires get ``503 controller_unavailable`` with ``Retry-After``, while the waiting
+  acquire is drained: it gets its sandbox once the create lands, and only then does the
+  process exit (0).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,3 +196,50 @@ def test_split_processes_hand_out_each_sandbox_once_delete_releases_and_survive_
     wait_until(lambda: sandman_pods(cluster) == [], what="the drain", deadline_s=90)
     assert audit(cluster, None, at="after the drain").ownerless == []
     assert service.controller.poll() is None, service.output()
+
+
+def test_a_sigtermed_controller_process_drains_the_acquire_in_flight_and_refuses_new_ones(rig):
+    cluster: StandinCluster = rig["cluster"]
+    service: SplitService = rig["service"]
+    wait_until(lambda: status_of(service, "/readyz") == 200, what="the workers to be ready")
+    user = get_user_model().objects.create_user(username="trainer")
+    token = Token.objects.create(user=user).key
+    api = Api(token)
+    status, job = api.call(
+        service,
+        "POST",
+        "/api/v1/jobs/",
+        {"name": "drain", "egress": "allow", "warm": {"per_key": 0}},
+    )
+    assert status == 201, job
+    path = f"/api/v1/jobs/{job['id']}/acquire/"
+    gate = cluster.gates.add("create_stored", name_prefix=f"sm-{job['id']}-")
+    outcome: list[Any] = []
+    cold = {"image": IMAGE, "spec": COLD_SPEC, "timeout_s": 60}
+    waiting = threading.Thread(target=lambda: outcome.append(api.call(service, "POST", path, cold)))
+    waiting.start()
+    held = gate.wait_reached(60).name
+    service.controller.send_signal(signal.SIGTERM)
+    wait_until(lambda: status_of(service, "/readyz") == 503, what="readiness to follow the stop")
+
+    request = urllib.request.Request(
+        service.url + path,
+        data=json.dumps(cold).encode(),
+        method="POST",
+        headers={**api.headers, "Idempotency-Key": "after-the-sigterm"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
+    assert json.loads(refused.value.read())["error"] == "controller_unavailable"
+    assert waiting.is_alive() and service.controller.poll() is None  # still draining
+
+    cluster.gates.release_all()  # the create lands: the drained acquire gets its sandbox
+    waiting.join(120)
+    assert outcome and outcome[0][0] == 200, outcome
+    assert outcome[0][1]["name"] == held and outcome[0][1]["source"] == "created"
+    assert service.controller.wait(timeout=120) == 0, service.output()
+    assert service.controller.stdout is not None
+    assert b"1 calls drained, 0 cut" in service.controller.stdout.read()
+    row = Acquisition.objects.get(job_id=job["id"], outcome="ok")
+    assert row.sandbox_id == outcome[0][1]["sandbox_id"]
