@@ -9,8 +9,11 @@ Django's handler, exactly the requests whose every check can be made from memory
 * with ``Authorization: Token <key>`` of a token ``access`` knows (or has just read),
 * on a job (or a sandbox this process handed out) the caller may see,
 * with a JSON object body that the view's own ``InputSerializer`` accepts (and, for an
-  acquire, no ``base_commit``: resolving one runs git), without an ``Idempotency-Key``
-  (the views record and replay keyed calls),
+  acquire, no ``base_commit``: resolving one runs git), and no ``Idempotency-Key`` or a
+  well-formed one (the trainer client sends one with every call): a keyed call runs
+  through the views' own ``acquire_answer``/``release_answer``, so it is recorded and
+  replayed exactly as the view does (``sandboxes.apis.idempotency``: once per key, a
+  retry waits for or replays the first answer, a restart-cut hand-out is recovered),
 * within the token's request rate (``sandman_site.ratelimit``; past it, the view's
   throttle answers the 429),
 * to a controller that runs (a standby's refusal, with its ``Retry-After``, is the view's).
@@ -49,7 +52,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from rest_framework.renderers import JSONRenderer
 
-from sandboxes.apis import access
+from sandboxes.apis import access, idempotency
 from sandman_site.errors import SandmanError
 from sandman_site.parsers import parse_json_bytes
 from sandman_site.ratelimit import hot_route_buckets
@@ -167,7 +170,7 @@ async def _prime(scope: Scope) -> None:
     request to Django, whose view gives its own answer (401, 404, 503)."""
     headers = dict(scope.get("headers") or [])
     parts = headers.get(b"authorization", b"").split()
-    if len(parts) != 2 or parts[0].lower() != b"token" or b"idempotency-key" in headers:
+    if len(parts) != 2 or parts[0].lower() != b"token":
         return
     key = parts[1].decode("ascii", "replace")
     path = scope.get("path", "")
@@ -197,11 +200,15 @@ async def _prime(scope: Scope) -> None:
         await sync_to_async(close_old_connections, thread_sensitive=True)()
 
 
-def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:
-    """(user, JSON object body) for a known token and a JSON object; else None."""
+def _caller(scope: Scope, body: bytes) -> tuple[Any, Any, str | None] | None:
+    """(user, JSON object body, Idempotency-Key or None) for a known token, a JSON object
+    and a well-formed key (a malformed one is the view's 400); else None."""
     headers = dict(scope.get("headers") or [])
+    key: str | None = None
     if b"idempotency-key" in headers:
-        return None  # the views record and replay keyed calls (sandboxes.apis.idempotency)
+        key = headers[b"idempotency-key"].decode("latin-1")
+        if not idempotency.valid_key(key):
+            return None
     parts = headers.get(b"authorization", b"").split()
     if len(parts) != 2 or parts[0].lower() != b"token":
         return None
@@ -209,14 +216,14 @@ def _caller(scope: Scope, body: bytes) -> tuple[Any, Any] | None:
     if user is None:
         return None
     if not body:
-        return user, {}
+        return user, {}, key
     content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
     if content_type != b"application/json":
         return None
     # The API's own parser (bounds on depth and numbers); a refusal raises, and Django
     # then gives the view's answer.
     data = parse_json_bytes(body)
-    return (user, data) if isinstance(data, dict) else None
+    return (user, data, key) if isinstance(data, dict) else None
 
 
 def _admitted(scope: Scope) -> bool:
@@ -229,12 +236,12 @@ def _admitted(scope: Scope) -> bool:
 
 def _acquire(scope: Scope, body: bytes) -> Call | None:
     from sandboxes.apis.common import controller
-    from sandboxes.apis.jobs import JobAcquireApi
+    from sandboxes.apis.jobs import JobAcquireApi, acquire_answer
 
     known = _caller(scope, body)
     if known is None:
         return None
-    user, data = known
+    user, data, key = known
     job_id = int(_ACQUIRE.match(scope["path"]).group(1))  # type: ignore[union-attr]
     if access.job_visible_cached(user=user, job_id=job_id) is not True:
         return None
@@ -248,21 +255,20 @@ def _acquire(scope: Scope, body: bytes) -> Call | None:
         return None
 
     async def call() -> tuple[int, Any]:
-        result = await ctl.aacquire(job_id=job_id, user_id=user.pk, **serializer.validated_data)
-        access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
-        return 200, JobAcquireApi.OutputSerializer(result).data
+        fields = serializer.validated_data
+        return 200, await acquire_answer(job_id=job_id, user_id=user.pk, key=key, fields=fields)
 
     return call
 
 
 def _release(scope: Scope, body: bytes) -> Call | None:
     from sandboxes.apis.common import controller
-    from sandboxes.apis.sandboxes import SandboxReleaseApi
+    from sandboxes.apis.sandboxes import SandboxReleaseApi, release_answer
 
     known = _caller(scope, body)
     if known is None:
         return None
-    user, data = known
+    user, data, key = known
     sandbox_id = int(_RELEASE.match(scope["path"]).group(1))  # type: ignore[union-attr]
     if access.sandbox_visible_cached(user=user, sandbox_id=sandbox_id) is not True:
         return None
@@ -275,14 +281,7 @@ def _release(scope: Scope, body: bytes) -> Call | None:
     outcome = serializer.validated_data.get("outcome") or {}
 
     async def call() -> tuple[int, Any]:
-        await ctl.arelease(
-            sandbox_id=sandbox_id,
-            verdict=outcome.get("verdict"),
-            patch_sha256=outcome.get("patch_sha256"),
-            suite=outcome.get("suite"),
-        )
-        access.forget_sandbox(sandbox_id)
-        return 200, {"sandbox_id": sandbox_id, "released": True}
+        return 200, await release_answer(sandbox_id=sandbox_id, key=key, outcome=outcome)
 
     return call
 

@@ -52,9 +52,13 @@ def header_key(request: Request) -> str | None:
     key = request.headers.get(HEADER)
     if key is None:
         return None
-    if not 1 <= len(key) <= 200 or not all(33 <= ord(c) < 127 for c in key):
+    if not valid_key(key):
         raise InvalidInput(f"{HEADER} must be 1-200 printable ASCII characters without spaces")
     return key
+
+
+def valid_key(key: str) -> bool:
+    return 1 <= len(key) <= 200 and all(33 <= ord(c) < 127 for c in key)
 
 
 async def run_once(

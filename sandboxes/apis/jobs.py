@@ -337,36 +337,45 @@ class JobAcquireApi(AsyncJsonApiView):
         await validate_off_loop(
             data, off_loop=isinstance(body, dict) and bool(body.get("base_commit"))
         )
-
-        async def acquire() -> dict[str, Any]:
-            if key is not None:
-                # An earlier call with this key may hold a sandbox whose answer a restart cut
-                # (sandboxes.services.recovery): that one, never a second.
-                recovered = await sync_to_async(acquisition_recover)(
-                    job_id=job_id, key=key, now=timezone.now()
-                )
-                if recovered is not None:
-                    access.remember_sandbox(sandbox_id=recovered.sandbox_id, job_id=job_id)
-                    return _recovered_answer(recovered)
-            result = await controller().aacquire(
-                job_id=job_id,
-                user_id=request.user.pk,
-                idempotency_key=key or "",
-                **data.validated_data,
-            )
-            access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
-            return dict(JobAcquireApi.OutputSerializer(result).data)
-
-        if key is None:
-            return Response(await acquire())
-        answer = await idempotency.run_once(
-            route="acquire",
-            scope=job_id,
-            key=key,
-            call=acquire,
-            sandbox_of=lambda a: int(a["sandbox_id"]),
+        answer = await acquire_answer(
+            job_id=job_id, user_id=request.user.pk, key=key, fields=data.validated_data
         )
         return Response(answer)
+
+
+async def acquire_answer(
+    *, job_id: int, user_id: int | None, key: str | None, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """The acquire's answer body, keyed or not: the view's and the ASGI fast path's.
+
+    With a key, the call runs once per key (``idempotency.run_once``), and an earlier call
+    whose answer a restart cut gets that call's sandbox (``acquisition_recover``)."""
+
+    async def acquire() -> dict[str, Any]:
+        if key is not None:
+            # An earlier call with this key may hold a sandbox whose answer a restart cut
+            # (sandboxes.services.recovery): that one, never a second.
+            recovered = await sync_to_async(acquisition_recover)(
+                job_id=job_id, key=key, now=timezone.now()
+            )
+            if recovered is not None:
+                access.remember_sandbox(sandbox_id=recovered.sandbox_id, job_id=job_id)
+                return _recovered_answer(recovered)
+        result = await controller().aacquire(
+            job_id=job_id, user_id=user_id, idempotency_key=key or "", **fields
+        )
+        access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
+        return dict(JobAcquireApi.OutputSerializer(result).data)
+
+    if key is None:
+        return await acquire()
+    return await idempotency.run_once(
+        route="acquire",
+        scope=job_id,
+        key=key,
+        call=acquire,
+        sandbox_of=lambda a: int(a["sandbox_id"]),
+    )
 
 
 def _recovered_answer(recovered: Recovered) -> dict[str, Any]:

@@ -181,23 +181,31 @@ class SandboxReleaseApi(AsyncJsonApiView):
         data = SandboxReleaseApi.InputSerializer(data=request.data or {})
         data.is_valid(raise_exception=True)
         outcome = data.validated_data.get("outcome") or {}
-
-        async def release() -> dict[str, Any]:
-            await controller().arelease(
-                sandbox_id=sandbox_id,
-                verdict=outcome.get("verdict"),
-                patch_sha256=outcome.get("patch_sha256"),
-                suite=outcome.get("suite"),
-            )
-            access.forget_sandbox(sandbox_id)
-            return {"sandbox_id": sandbox_id, "released": True}
-
-        if key is None:
-            return Response(await release())
-        answer = await idempotency.run_once(
-            route="release", scope=sandbox_id, key=key, call=release, sandbox_of=lambda a: None
-        )
+        answer = await release_answer(sandbox_id=sandbox_id, key=key, outcome=outcome)
         return Response(answer)
+
+
+async def release_answer(
+    *, sandbox_id: int, key: str | None, outcome: dict[str, Any]
+) -> dict[str, Any]:
+    """The release's answer body, keyed or not (a retried key is a no-op): the view's and
+    the ASGI fast path's."""
+
+    async def release() -> dict[str, Any]:
+        await controller().arelease(
+            sandbox_id=sandbox_id,
+            verdict=outcome.get("verdict"),
+            patch_sha256=outcome.get("patch_sha256"),
+            suite=outcome.get("suite"),
+        )
+        access.forget_sandbox(sandbox_id)
+        return {"sandbox_id": sandbox_id, "released": True}
+
+    if key is None:
+        return await release()
+    return await idempotency.run_once(
+        route="release", scope=sandbox_id, key=key, call=release, sandbox_of=lambda a: None
+    )
 
 
 class SandboxRenewApi(JsonApiView):

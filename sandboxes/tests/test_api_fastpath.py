@@ -130,11 +130,8 @@ async def test_a_known_callers_acquire_and_release_skip_django_with_the_views_an
     fast = hot_routes(app)
     acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
     body = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
-    keyed = [(b"idempotency-key", b"fast-1")]  # a keyed call is the view's (it records it)
-    status, django_headers, keyed_answer = await post(
-        fast, acquire, trainer["token"], body, extra=keyed
-    )
-    assert status == 200, keyed_answer
+    status, django_headers, keyed_answer = await post(app, acquire, trainer["token"], body)
+    assert status == 200, keyed_answer  # the view's own answer, for its headers
     assert app.paths == [acquire]
     access.clear()  # the token, the job's owner and the sandbox are unknown again
     status, _, first = await post(fast, acquire, trainer["token"], body)
@@ -147,11 +144,11 @@ async def test_a_known_callers_acquire_and_release_skip_django_with_the_views_an
     assert status == 200, second
     assert set(second) == set(first) >= {"sandbox_id", "address", "token", "source", "wait_ms"}
     assert second["sandbox_id"] != first["sandbox_id"]
-    # The keyed call's sandbox, unknown to this process's map: its job from the controller.
+    # The view's sandbox, unknown to this process's map: its job from the controller.
     access.forget_sandbox(keyed_answer["sandbox_id"])
     other = f"/api/v1/sandboxes/{keyed_answer['sandbox_id']}/release/"
     assert (await post(fast, other, trainer["token"]))[0] == 200
-    assert app.paths == [acquire]  # every call after the keyed one: the fast path alone
+    assert app.paths == [acquire]  # every call after the view's: the fast path alone
     assert {k: v for k, v in fast_headers.items() if k != "content-length"} == {
         k: v for k, v in django_headers.items() if k != "content-length"
     }
@@ -272,3 +269,48 @@ async def test_a_split_web_workers_fast_path_503_says_when_to_retry_as_the_view_
     assert fast_answer == view_answer and fast_answer["error"] == "controller_unavailable"
     assert fast_headers["retry-after"] == view_headers["retry-after"] == "1"
     assert fast_headers["content-type"] == "application/json"
+
+
+def _acquisitions(job_id: int) -> list[tuple[str, int | None, str]]:
+    from sandboxes.models import Acquisition
+
+    rows = Acquisition.objects.filter(job_id=job_id).order_by("pk")
+    return list(rows.values_list("outcome", "sandbox_id", "idempotency_key"))
+
+
+async def test_keyed_calls_take_the_fast_path_and_run_once_per_key_as_the_views_do(trainer):
+    """The trainer client sends an ``Idempotency-Key`` with every call: those calls skip
+    Django too, with the views' record-and-replay (a retried acquire gets the same
+    sandbox, never a second; a retried release is a no-op); the view replays what the
+    fast path recorded; a malformed key is the view's 400."""
+    app = Recorder()
+    fast = hot_routes(app)
+    acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
+    body = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
+    keyed = [(b"idempotency-key", b"client-acquire-1")]
+    status, _, first = await post(fast, acquire, trainer["token"], body, extra=keyed)
+    assert status == 200, first
+    status, _, retried = await post(fast, acquire, trainer["token"], body, extra=keyed)
+    assert status == 200 and app.paths == []  # both answered by the fast path
+    assert retried["sandbox_id"] == first["sandbox_id"]
+    status, _, by_view = await post(app, acquire, trainer["token"], body, extra=keyed)
+    assert status == 200 and by_view["sandbox_id"] == first["sandbox_id"]  # one record
+    rows = await sync_to_async(_acquisitions)(trainer["job_id"])
+    assert rows == [("ok", first["sandbox_id"], "client-acquire-1")]  # one hand-out
+
+    release = f"/api/v1/sandboxes/{first['sandbox_id']}/release/"
+    key = [(b"idempotency-key", b"client-release-1")]
+    for _ in range(2):
+        status, _, released = await post(fast, release, trainer["token"], extra=key)
+        assert (status, released) == (200, {"sandbox_id": first["sandbox_id"], "released": True})
+    # The first release by the fast path; its retry by the view, which replays the record
+    # (a released sandbox is no longer in the books the fast path vouches for callers from).
+    assert app.paths == [acquire, release]
+    unkeyed = await post(fast, release, trainer["token"])  # no key: a second release
+    assert unkeyed[0] == 409 and unkeyed[2]["error"] == "already_released", unkeyed
+
+    bad = [(b"idempotency-key", b"has space")]
+    status, _, refused = await post(fast, acquire, trainer["token"], body, extra=bad)
+    assert (status, refused["error"]) == (400, "invalid")
+    assert app.paths == [acquire, release, release, acquire]  # Django gave the 400
+    assert len(await sync_to_async(_acquisitions)(trainer["job_id"])) == 1
