@@ -38,8 +38,9 @@ its CPU inside the pair bursts beside each service process tree's (the controlle
 includes the replacement sandboxes it starts).
 
 Usage: ``python bench/acquire_latency.py [--clients 64] [--rounds 5] [--layout split|single]
-[--workers 2] [--server uvicorn|daphne]``; a run is stored under
-``<database>/<settings>/<server>-<layout>-<workers>w``.
+[--workers 2] [--server uvicorn|daphne] [--keyed] [--out FILE]``; a run is stored under
+``<database>/<settings>/<server>-<layout>-<workers>w`` (``-keyed``: every acquire and release
+carries an ``Idempotency-Key``, as the trainer client sends them).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -287,11 +289,16 @@ async def run(
             c = await counts()
             return c["warm"] >= args.clients and c["creating"] == 0
 
+        def keyed() -> dict[str, str]:
+            # What the trainer client sends with every call (sandboxes/client.py).
+            return {"Idempotency-Key": uuid.uuid4().hex} if args.keyed else {}
+
         async def acquire_release(phase: Phase) -> None:
             start = time.perf_counter()
             async with session.post(
                 f"/api/v1/jobs/{job_id}/acquire/",
                 json={"image": IMAGE, "spec": SPEC, "role": "rollout", "timeout_s": 60},
+                headers=keyed(),
             ) as r:
                 body = await r.json()
             elapsed = (time.perf_counter() - start) * 1000
@@ -302,7 +309,8 @@ async def run(
             phase.server_wait_ms.append(body["wait_ms"])
             phase.sources[body["source"]] = phase.sources.get(body["source"], 0) + 1
             start = time.perf_counter()
-            async with session.post(f"/api/v1/sandboxes/{body['sandbox_id']}/release/") as r:
+            release = f"/api/v1/sandboxes/{body['sandbox_id']}/release/"
+            async with session.post(release, headers=keyed()) as r:
                 await r.read()
                 if r.status != 200:
                     phase.errors.append(f"release {r.status}")
@@ -419,6 +427,11 @@ def main() -> int:
         default="auto",
         help="auto: sandman_site.settings.production on PostgreSQL, else .dev with DEBUG off",
     )
+    parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help="send an Idempotency-Key with every acquire and release, as the trainer client does",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -487,6 +500,7 @@ def main() -> int:
         "rounds": args.rounds,
         "serial": args.serial,
         "egress": args.egress,
+        "keyed": args.keyed,
         "spec": SPEC,
         "image": IMAGE,
         "host": {
@@ -545,6 +559,7 @@ def main() -> int:
         else f"{database}/{args.settings.rsplit('.', 1)[-1]}"
     )
     key += f"/{args.server}-{args.layout}-{args.workers}w"  # earlier runs keep their keys
+    key += "-keyed" if args.keyed else ""
     document = merged(args.out, key, out)
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(json.dumps(out, indent=2))
