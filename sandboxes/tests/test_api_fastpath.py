@@ -119,6 +119,18 @@ def trainer(controller) -> dict[str, Any]:
     return {"user": user, "token": token, "job_id": job.pk}
 
 
+async def _primed(trainer: dict[str, Any]) -> tuple[Recorder, Any, str, dict[str, Any], Any]:
+    """Django behind the fast path, the job's acquire path, a good body and the answer of
+    one fast acquire that taught the fast path the token and the job's owner."""
+    app = Recorder()
+    fast = hot_routes(app)
+    acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
+    good = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
+    status, _, first = await post(fast, acquire, trainer["token"], good)
+    assert status == 200, first
+    return app, fast, acquire, good, first
+
+
 def _now():
     from django.utils import timezone
 
@@ -157,12 +169,7 @@ async def test_a_known_callers_acquire_and_release_skip_django_with_the_views_an
 
 
 async def test_what_the_fast_path_cannot_judge_from_memory_goes_to_django_unchanged(trainer):
-    app = Recorder()
-    fast = hot_routes(app)
-    acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
-    good = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
-    status, _, first = await post(fast, acquire, trainer["token"], good)  # learns the token
-    assert status == 200, first
+    app, fast, acquire, good, first = await _primed(trainer)
     cases = [
         ({"image": "sandman/empty", "spec": {"cpu": "lots", "memory": "1Gi"}}, None, 400),
         (None, b'{"image": ', 400),  # malformed JSON
@@ -187,12 +194,7 @@ async def test_what_the_fast_path_cannot_judge_from_memory_goes_to_django_unchan
 
 
 async def test_a_controller_refusal_on_the_fast_path_is_the_views_json_error(trainer):
-    app = Recorder()
-    fast = hot_routes(app)
-    acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
-    good = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
-    status, _, first = await post(fast, acquire, trainer["token"], good)
-    assert status == 200, first
+    app, fast, acquire, good, first = await _primed(trainer)
     drain = f"/api/v1/jobs/{trainer['job_id']}/drain/"
     status, _, _ = await post(app, drain, trainer["token"], {})
     assert status == 202
@@ -215,12 +217,7 @@ async def test_a_client_that_leaves_during_a_fast_path_acquire_cancels_it_and_ge
     trainer, controller
 ):
     """As Django cancels a view: the acquisition ends ``cancelled``, no pod is in use."""
-    app = Recorder()
-    fast = hot_routes(app)
-    acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
-    good = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
-    status, _, first = await post(fast, acquire, trainer["token"], good)
-    assert status == 200, first
+    app, fast, acquire, good, first = await _primed(trainer)
     status, _, _ = await post(
         fast, f"/api/v1/sandboxes/{first['sandbox_id']}/release/", trainer["token"]
     )
@@ -254,12 +251,7 @@ async def test_a_split_web_workers_fast_path_503_says_when_to_retry_as_the_view_
 ):
     """Split processes with the controller process gone (restarting, or stopping): the fast
     path answers the view's ``503 controller_unavailable`` WITH its ``Retry-After``."""
-    app = Recorder()
-    fast = hot_routes(app)
-    acquire = f"/api/v1/jobs/{trainer['job_id']}/acquire/"
-    good = {"image": "sandman/empty", "spec": SPEC, "timeout_s": 60}
-    status, _, first = await post(fast, acquire, trainer["token"], good)  # learns the caller
-    assert status == 200, first
+    app, fast, acquire, good, first = await _primed(trainer)
     settings.SANDMAN_CONTROLLER_SOCKET = str(tmp_path / "nobody-listens.sock")
     before = len(app.paths)
     fast_status, fast_headers, fast_answer = await post(fast, acquire, trainer["token"], good)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from sandboxes.controller import ControllerRpcServer, PrewarmKey, RemoteController
-from sandboxes.models import Acquisition, Sandbox
+from sandboxes.models import Acquisition, Job, Sandbox
 from sandboxes.tests.api_support import wait_for
 from sandboxes.tests.conftest import local_provider
 from sandboxes.tests.controller_support import GatedProvider, acquire_args, make_job
@@ -33,6 +35,28 @@ def serve(controller, path: str) -> ControllerRpcServer:
     server = ControllerRpcServer(controller, path)
     server.start()
     return server
+
+
+@dataclass
+class Held:
+    """A controller whose creates wait at ``provider.gate``, its socket, a job with no
+    warm pool and a web worker's facade."""
+
+    provider: GatedProvider
+    server: ControllerRpcServer
+    job: Job
+    remote: RemoteController
+
+
+@pytest.fixture
+def held(make_controller, sandbox_root, socket_path) -> Iterator[Held]:
+    provider = local_provider(sandbox_root, cls=GatedProvider)
+    server = serve(make_controller(provider=provider), socket_path)
+    try:
+        yield Held(provider, server, make_job(warm_per_key=0), RemoteController(socket_path))
+    finally:
+        provider.gate.set()
+        server.stop()
 
 
 def test_remote_calls_hand_out_release_and_raise_the_controllers_errors(controller, socket_path):
@@ -76,100 +100,71 @@ def test_remote_calls_hand_out_release_and_raise_the_controllers_errors(controll
         asyncio.run(RemoteController(socket_path).aacquire(**args))
 
 
-def test_a_cancelled_remote_acquire_cancels_only_its_wait(make_controller, sandbox_root,
-                                                          socket_path):  # fmt: skip
-    provider = local_provider(sandbox_root, cls=GatedProvider)
-    controller = make_controller(provider=provider)
-    server = serve(controller, socket_path)
-    try:
-        job = make_job(warm_per_key=0)
-        remote = RemoteController(socket_path)
+def test_a_cancelled_remote_acquire_cancels_only_its_wait(held):
+    provider, job, remote = held.provider, held.job, held.remote
 
-        async def cut() -> None:
-            waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
-            assert await asyncio.to_thread(provider.reached.wait, 60)  # the create is held
-            assert not waiting.done(), waiting
-            waiting.cancel()  # the HTTP client went away
-            with pytest.raises(asyncio.CancelledError):
-                await waiting
+    async def cut() -> None:
+        waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
+        assert await asyncio.to_thread(provider.reached.wait, 60)  # the create is held
+        assert not waiting.done(), waiting
+        waiting.cancel()  # the HTTP client went away
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
 
-        asyncio.run(cut())
-        wait_for(lambda: Acquisition.objects.filter(job=job, outcome="cancelled").count() == 1)
-        provider.gate.set()  # the create goes on and its unused pod is kept
-        wait_for(lambda: Sandbox.objects.filter(job=job, state="ready").count() == 1)
-        assert not Acquisition.objects.filter(job=job, outcome="pending").exists()
-    finally:
-        provider.gate.set()
-        server.stop()
+    asyncio.run(cut())
+    wait_for(lambda: Acquisition.objects.filter(job=job, outcome="cancelled").count() == 1)
+    provider.gate.set()  # the create goes on and its unused pod is kept
+    wait_for(lambda: Sandbox.objects.filter(job=job, state="ready").count() == 1)
+    assert not Acquisition.objects.filter(job=job, outcome="pending").exists()
 
 
-def test_an_orderly_stop_drains_the_calls_in_flight_and_refuses_new_ones(
-    make_controller, sandbox_root, socket_path
-):
+def test_an_orderly_stop_drains_the_calls_in_flight_and_refuses_new_ones(held, socket_path):
     """SIGTERM to ``run_controller``: the acquire waiting for its create still gets its
     sandbox; a call sent meanwhile on the same connection and a new connection are refused
     with ``controller_unavailable`` (the web worker's 503, resent by the client)."""
-    provider = local_provider(sandbox_root, cls=GatedProvider)
-    controller = make_controller(provider=provider)
-    server = serve(controller, socket_path)
-    try:
-        job = make_job(warm_per_key=0)
-        remote = RemoteController(socket_path)
+    provider, job, remote = held.provider, held.job, held.remote
 
-        async def stop_under_a_call() -> tuple[object, dict[str, int]]:
-            waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
-            assert await asyncio.to_thread(provider.reached.wait, 60)  # its create is held
-            stopping = asyncio.ensure_future(asyncio.to_thread(server.stop, 300))
+    async def stop_under_a_call() -> tuple[object, dict[str, int]]:
+        waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
+        assert await asyncio.to_thread(provider.reached.wait, 60)  # its create is held
+        stopping = asyncio.ensure_future(asyncio.to_thread(held.server.stop, 300))
 
-            def refused() -> bool:
-                try:
-                    RemoteController(socket_path).ready()
-                except ControllerUnavailable:
-                    return True
-                return False
+        def refused() -> bool:
+            try:
+                RemoteController(socket_path).ready()
+            except ControllerUnavailable:
+                return True
+            return False
 
-            await asyncio.to_thread(wait_for, refused)  # no new connection is taken
-            with pytest.raises(ControllerUnavailable, match="stopping"):
-                await remote.ajob_of_in_use(sandbox_id=1)  # a new call on the open one
-            assert not waiting.done() and not stopping.done()
-            provider.gate.set()  # the create ends: the drained call gets its answer
-            return await waiting, await stopping
+        await asyncio.to_thread(wait_for, refused)  # no new connection is taken
+        with pytest.raises(ControllerUnavailable, match="stopping"):
+            await remote.ajob_of_in_use(sandbox_id=1)  # a new call on the open one
+        assert not waiting.done() and not stopping.done()
+        provider.gate.set()  # the create ends: the drained call gets its answer
+        return await waiting, await stopping
 
-        result, counts = asyncio.run(stop_under_a_call())
-        assert counts == {"drained": 1, "cut": 0}
-        assert result.source == "created" and result.sandbox_id  # type: ignore[attr-defined]
-        row = Acquisition.objects.get(job=job)
-        assert (row.outcome, row.sandbox_id) == ("ok", result.sandbox_id)  # type: ignore[attr-defined]
-    finally:
-        provider.gate.set()
-        server.stop()
+    result, counts = asyncio.run(stop_under_a_call())
+    assert counts == {"drained": 1, "cut": 0}
+    assert result.source == "created" and result.sandbox_id  # type: ignore[attr-defined]
+    row = Acquisition.objects.get(job=job)
+    assert (row.outcome, row.sandbox_id) == ("ok", result.sandbox_id)  # type: ignore[attr-defined]
 
 
-def test_a_call_that_outlasts_the_drain_is_cut_as_a_503_and_its_wait_cancelled(
-    make_controller, sandbox_root, socket_path
-):
-    provider = local_provider(sandbox_root, cls=GatedProvider)
-    controller = make_controller(provider=provider)
-    server = serve(controller, socket_path)
-    try:
-        job = make_job(warm_per_key=0)
-        remote = RemoteController(socket_path)
+def test_a_call_that_outlasts_the_drain_is_cut_as_a_503_and_its_wait_cancelled(held):
+    provider, job, remote = held.provider, held.job, held.remote
 
-        async def cut() -> dict[str, int]:
-            waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
-            assert await asyncio.to_thread(provider.reached.wait, 60)
-            counts = await asyncio.to_thread(server.stop, 0)  # no drain time at all
-            with pytest.raises(ControllerUnavailable):
-                await waiting
-            return counts
+    async def cut() -> dict[str, int]:
+        waiting = asyncio.ensure_future(remote.aacquire(**acquire_args(job)))
+        assert await asyncio.to_thread(provider.reached.wait, 60)
+        counts = await asyncio.to_thread(held.server.stop, 0)  # no drain time at all
+        with pytest.raises(ControllerUnavailable):
+            await waiting
+        return counts
 
-        assert asyncio.run(cut()) == {"drained": 0, "cut": 1}
-        wait_for(lambda: Acquisition.objects.filter(job=job, outcome="cancelled").count() == 1)
-        provider.gate.set()  # the create goes on and its unused pod is kept
-        wait_for(lambda: Sandbox.objects.filter(job=job, state="ready").count() == 1)
-    finally:
-        provider.gate.set()
-        server.stop()
+    assert asyncio.run(cut()) == {"drained": 0, "cut": 1}
+    wait_for(lambda: Acquisition.objects.filter(job=job, outcome="cancelled").count() == 1)
+    provider.gate.set()  # the create goes on and its unused pod is kept
+    wait_for(lambda: Sandbox.objects.filter(job=job, state="ready").count() == 1)
 
 
 def test_a_web_workers_readyz_asks_the_controller_process_and_its_503s_say_when_to_retry(
