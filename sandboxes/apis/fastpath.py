@@ -22,7 +22,8 @@ Invariants a reader must not break:
 * Anything else, and any surprise before the controller is called, FALLS THROUGH to
   Django with the body replayed byte for byte: every refusal (401, 404, 400, 415, 405)
   is the DRF view's own answer, so the error contract is the views' by construction.
-* Once the controller is called, its ``SandmanError`` leaves through
+* Once the controller is called, its ``SandmanError`` (or a lost database: a keyed call
+  reads and writes its record here) leaves through
   ``sandman_site.api_errors.exception_handler`` and DRF's ``JSONRenderer``: the same
   ``{"error", "detail"}`` body and status the view would give, with the view's headers
   and the handler's own (a ``503 controller_unavailable``'s ``Retry-After``: split
@@ -53,6 +54,7 @@ from django.db import close_old_connections
 from rest_framework.renderers import JSONRenderer
 
 from sandboxes.apis import access, idempotency
+from sandman_site.dbguard import OUTAGE_ERRORS
 from sandman_site.errors import SandmanError
 from sandman_site.parsers import parse_json_bytes
 from sandman_site.ratelimit import hot_route_buckets
@@ -340,7 +342,7 @@ async def _answer(call: Call) -> Answer:
     try:
         status, data = await call()
         return status, data, []
-    except SandmanError as exc:
+    except (SandmanError, *OUTAGE_ERRORS) as exc:  # a lost database: the views' 503
         from sandman_site.api_errors import exception_handler
 
         response = exception_handler(exc, {})

@@ -306,3 +306,32 @@ async def test_keyed_calls_take_the_fast_path_and_run_once_per_key_as_the_views_
     assert (status, refused["error"]) == (400, "invalid")
     assert app.paths == [acquire, release, release, acquire]  # Django gave the 400
     assert len(await sync_to_async(_acquisitions)(trainer["job_id"])) == 1
+
+
+async def test_a_database_lost_under_a_keyed_fast_path_call_is_the_views_503(trainer, monkeypatch):
+    """A keyed call reads its record on the fast path; a database that drops there gets
+    the view's ``503 database_unavailable`` with ``Retry-After``, never a 500, and nothing
+    is handed out."""
+    from django.db import OperationalError
+
+    from sandboxes import selectors
+
+    app, fast, acquire, good, first = await _primed(trainer)
+
+    def lost(**_: Any) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(selectors, "idempotent_answer", lost)
+    keyed = [(b"idempotency-key", b"lost-1")]
+    before = len(app.paths)
+    fast_status, fast_headers, fast_answer = await post(
+        fast, acquire, trainer["token"], good, extra=keyed
+    )
+    assert len(app.paths) == before  # the fast path answered
+    view_status, view_headers, view_answer = await post(
+        app, acquire, trainer["token"], good, extra=keyed
+    )
+    assert fast_status == view_status == 503, (fast_answer, view_answer)
+    assert fast_answer == view_answer and fast_answer["error"] == "database_unavailable"
+    assert fast_headers["retry-after"] == view_headers["retry-after"] == "1"
+    assert len(await sync_to_async(_acquisitions)(trainer["job_id"])) == 1  # the primer's
