@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from grading.harness import grade_patch, sha256_text
+from grading.harness import InfrastructureFailure, grade_patch, sha256_text
 from grading.models import Grading
 from grading.runner import DEFAULT_CPU_MILLIS, DEFAULT_MEMORY_BYTES, GradingRunner
 from grading.tests import harness_support as hs
@@ -100,11 +100,23 @@ def _graded(runner: GradingRunner, token: str, job_id: int, patch: str) -> dict[
 
 
 def _plain_reuse_verdict(box: Any, repo: hs.TaskRepo, patch: str) -> str:
-    """The paper's plain reuse: execd's /reset, then git reset --hard and git clean."""
+    """The paper's plain reuse: execd's /reset, then git reset --hard and git clean.
+
+    The verdict it grades, or ``infrastructure_failure`` when the harness cannot even
+    reset the box to the base commit: with the moved HEAD AND a skip-worktree entry edited
+    behind git's back ("all four"), ``git reset --hard <base>`` refuses ("Entry 'calc.py'
+    not uptodate. Cannot merge.") when git's stat check sees the edit. That happened in 1 of
+    4 clean-clone CI runs: it depends on timing, most likely the file's mtime against the
+    index's (git's racy-clean rule, https://git-scm.com/docs/racy-git). Either way, plain
+    reuse does not give the fresh verdict."""
     execd(box.address, box.token, "/reset", {})
     _sh(box, "git reset -q --hard && git clean -fdq")
     kwargs = repo.grade_kwargs(patch=patch, suites=[SUITE])
-    result = hs.with_execd(box.address, box.token, lambda client: grade_patch(client, **kwargs))
+    try:
+        result = hs.with_execd(box.address, box.token, lambda client: grade_patch(client, **kwargs))
+    except InfrastructureFailure as failure:
+        assert "could not reset to the base commit" in str(failure), failure
+        return "infrastructure_failure"
     return result.decision.verdict.value
 
 
