@@ -299,6 +299,20 @@ def current() -> LeaderElector | None:
     return _current
 
 
+def describe() -> dict[str, Any]:
+    """This process's election as ``/readyz`` reports it: ``leader_election``, and with an
+    elector its ``identity``, whether it is ``leading`` and the ``holder`` it last saw."""
+    elector = current()
+    if elector is None:
+        return {"leader_election": False}
+    return {
+        "leader_election": True,
+        "identity": elector.identity,
+        "leading": elector.leading,
+        "holder": elector.holder(),
+    }
+
+
 def set_current(elector: LeaderElector | None) -> None:
     global _current
     _current = elector

@@ -34,8 +34,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
     A web worker of split processes (``SANDMAN_CONTROLLER_SOCKET``) runs no elector: it
     asks the controller process (``ping``), and is ready only while that one answers, has
-    started (and so reconciled, and holds the Lease where replicas elect) and is not
-    stopping; otherwise 503 ``controller_unavailable`` with ``Retry-After``."""
+    started (and so reconciled, and holds the Lease where replicas elect); otherwise 503
+    ``controller_unavailable`` with ``Retry-After`` (a draining controller process takes
+    no new connection: unreachable)."""
     db_ok = _database_ok()
     body: dict[str, object] = {"ok": db_ok, "database": db_ok, "leader_election": False}
     if settings.SANDMAN_CONTROLLER_SOCKET:
@@ -51,20 +52,12 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 
 def _elector_readiness(body: dict[str, object]) -> None:
-    elector = election.current()
-    if elector is None:
-        return
-    body.update(
-        leader_election=True,
-        identity=elector.identity,
-        leading=elector.leading,
-        holder=elector.holder(),
-    )
-    if not elector.leading:
+    body.update(election.describe())
+    if body["leader_election"] and not body["leading"]:
         body.update(
             ok=False,
             error="not_leader",
-            detail=f"Replica {elector.identity} is a standby; {elector.holder() or 'nobody'} "
+            detail=f"Replica {body['identity']} is a standby; {body['holder'] or 'nobody'} "
             "holds the controller's Lease.",
         )
 
@@ -82,24 +75,16 @@ def _controller_process_readiness(body: dict[str, object]) -> None:
             ok=False,
             controller="unreachable",
             error="controller_unavailable",
-            detail=f"{exc.message} (a standby waiting for the Lease, or a restart).",
+            detail=f"{exc.message} (a standby waiting for the Lease, a restart or a drain).",
         )
         return
-    if state.get("stopping"):
-        phase = "stopping"
-    else:
-        phase = "started" if state.get("started") else "starting"
-    body.update(controller=phase, leader_election=bool(state.get("leader_election")))
-    for field in ("identity", "leading", "holder"):
-        if field in state:
-            body[field] = state[field]
-    if body["controller"] != "started":
+    started = bool(state.pop("started", False))
+    body.update(state, controller="started" if started else "starting")
+    if not started:
         body.update(
-            ok=False,
-            error="controller_unavailable",
-            detail=f"The controller process is {body['controller']}.",
+            ok=False, error="controller_unavailable", detail="The controller process is starting."
         )
-    elif state.get("leader_election") and not state.get("leading"):
+    elif body["leader_election"] and not body.get("leading"):
         body.update(ok=False, error="not_leader", detail="The controller process is a standby.")
 
 

@@ -25,8 +25,8 @@ Invariants a reader must not break:
   ``Retry-After``; the trainer client resends a keyed call), while the calls already in
   flight run to their answer for up to ``drain_s``; only what is still running then is
   cancelled (an acquire's wait, never a create: its row ends ``cancelled``) and its
-  connection closed. ``ping`` is answered while draining, with ``stopping: true``, so a web
-  worker's ``/readyz`` turns 503 before the socket goes.
+  connection closed. A web worker's ``/readyz`` pings on a fresh connection, so it turns
+  503 (unreachable) as soon as the drain starts.
 """
 
 from __future__ import annotations
@@ -173,12 +173,11 @@ class ControllerRpcServer:
             writer.close()
 
     async def _answer(self, call_id: int, message: dict[str, Any], writer: Any) -> None:
-        name = str(message.get("op"))
-        op = self._ops.get(name)
+        op = self._ops.get(str(message.get("op")))
         try:
             if op is None:
                 raise ValueError(f"unknown operation {message.get('op')!r}")
-            if self._stopping and name != "ping":
+            if self._stopping:
                 raise ControllerUnavailable("the controller process is stopping; resend")
             answer: dict[str, Any] = {"id": call_id, "ok": await op(message.get("args") or {})}
         except asyncio.CancelledError:
@@ -211,18 +210,5 @@ class ControllerRpcServer:
         return await self._controller.ajob_of_in_use(sandbox_id=int(args["sandbox_id"]))
 
     async def _ping(self, args: dict[str, Any]) -> dict[str, Any]:
-        """What a web worker's ``/readyz`` reports: started, stopping, and the Lease."""
-        answer: dict[str, Any] = {
-            "started": bool(self._controller.started),
-            "stopping": self._stopping,
-            "leader_election": False,
-        }
-        elector = election.current()
-        if elector is not None:
-            answer.update(
-                leader_election=True,
-                identity=elector.identity,
-                leading=elector.leading,
-                holder=elector.holder(),
-            )
-        return answer
+        """What a web worker's ``/readyz`` reports: started, and the Lease."""
+        return {"started": bool(self._controller.started), **election.describe()}
