@@ -2,12 +2,14 @@
 
 Every create makes four writes (its row, ``creating``, the handle with ``ready``, the
 hand-out), its acquire two more (the acquisition opened, then finished), and its delete two
-(``deleting`` with its pending row, then the confirmation). One at a time each costs a
-lock, a save, an events insert and a commit on the database executor: under a 600-pod
-burst that was half of the controller's CPU (``bench/results/profile_before.txt``). The
-:class:`WriteBatcher` queues them instead and hands everything queued to ONE executor call
-and ONE transaction per batch, whatever their kinds: each kind's writes go to its one
-service call (one query of each kind), run in a savepoint of the batch's transaction.
+(``deleting`` with its pending row, then the confirmation); a warm acquire two (opened, then
+the hand-out that finishes it) and a release one (released, with its delete begun). One
+at a time each costs a lock, a save, an events insert and a commit on the database
+executor: under a 600-pod burst that was half of the controller's CPU
+(``bench/results/profile_before.txt``). The :class:`WriteBatcher` queues them instead and
+hands everything queued to ONE executor call and ONE transaction per batch, whatever their
+kinds: each kind's writes go to its one service call (one query of each kind), run in a
+savepoint of the batch's transaction.
 
 Rules a reader must not break:
 * Batches form by themselves, with no timer: a lane (one per priority) has at most ONE
@@ -40,16 +42,21 @@ from sandboxes.controller.state import ControllerState
 from sandboxes.models import Sandbox
 from sandboxes.services.acquisitions import acquisition_open_many
 from sandboxes.services.batch import (
+    HandOut,
     SandboxRequest,
     acquisition_record_many,
     sandbox_events_record_many,
+    sandbox_hand_out_many,
     sandbox_moves_apply,
     sandbox_request_many,
 )
 from sandboxes.services.batch_deletes import (
     DeleteRequest,
+    Released,
+    ReleaseRequest,
     pending_delete_confirmed_many,
     sandbox_begin_delete_many,
+    sandbox_release_many,
 )
 from sandboxes.services.deletes import DeleteOrder
 from sandboxes.services.moves import SandboxMove
@@ -89,6 +96,16 @@ class WriteBatcher:
         """Apply one move; its refusal (``InvalidTransition``, ``NotFound``) is raised here."""
         row: Sandbox = await self._submit(move, urgent, _apply_moves)
         return row
+
+    async def hand_out(self, item: HandOut, *, urgent: bool = True) -> Sandbox:
+        """One hand-out with its finished acquisition (a warm one); its refusal is raised."""
+        row: Sandbox = await self._submit(item, urgent, _apply_hand_outs)
+        return row
+
+    async def release(self, request: ReleaseRequest, *, urgent: bool = True) -> Released:
+        """One release with its delete begun: ``(row, order, kept)``; its refusal raised."""
+        answer: Released = await self._submit(request, urgent, _apply_releases)
+        return answer
 
     async def open_acquisition(self, record: dict[str, Any]) -> int:
         """Open one ``pending`` acquisition row (a caller waits: urgent); its id."""
@@ -206,6 +223,14 @@ def _apply_requests(items: Sequence[SandboxRequest]) -> list[Any]:
 
 def _apply_moves(items: Sequence[SandboxMove]) -> list[Any]:
     return list(sandbox_moves_apply(moves=items))
+
+
+def _apply_hand_outs(items: Sequence[HandOut]) -> list[Any]:
+    return list(sandbox_hand_out_many(items=items))
+
+
+def _apply_releases(items: Sequence[ReleaseRequest]) -> list[Any]:
+    return list(sandbox_release_many(requests=items))
 
 
 def _apply_open_acquisitions(items: Sequence[dict[str, Any]]) -> list[Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from sandboxes import events
 from sandboxes.controller import queries
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.creates import CreateRunner
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.reuse import ReuseChecker
@@ -24,11 +25,8 @@ from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
 from sandboxes.imagerefs import tag_refusal
 from sandboxes.pool import PoolKey, ReuseDecision, WarmPod, reuse_decision
-from sandboxes.services import (
-    sandbox_record_event,
-    sandbox_release_and_begin_delete,
-    sandbox_return_for_reuse,
-)
+from sandboxes.services import sandbox_record_event, sandbox_return_for_reuse
+from sandboxes.services.batch_deletes import ReleaseRequest
 from sandboxes.states import JobState, Role
 from sandman_site.errors import ImageNotPinned, InvalidInput, JobNotActive, NotFound
 
@@ -46,7 +44,9 @@ class Releaser:
         deleter: Deleter,
         creates: CreateRunner,
         reuse: ReuseChecker,
+        batcher: WriteBatcher,
     ) -> None:
+        self._batcher = batcher
         self._state = state
         self._tasks = tasks
         self._runtimes = runtimes
@@ -72,8 +72,7 @@ class Releaser:
                 raise NotFound(f"sandbox {sandbox_id} does not exist")
             rt = await self._runtimes.get(row.job_id)
         may_reuse = verdict is not None and rt.info.reuse_enabled and not rt.pool.draining
-        sandbox, order, kept = await self._tasks.db_now(
-            sandbox_release_and_begin_delete,
+        request = ReleaseRequest(
             sandbox_id=sandbox_id,
             now=self._state.now(),
             verdict=verdict,
@@ -81,6 +80,8 @@ class Releaser:
             suite=suite,
             keep_grading=may_reuse,
         )
+        # Batched with the other releases and hand-outs queued meanwhile (batcher.py).
+        sandbox, order, kept = await self._batcher.release(request)
         if kept:
             rt.pool.begin_check(sandbox.pk)
             self._tasks.spawn(

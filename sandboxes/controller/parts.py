@@ -77,10 +77,10 @@ class Parts:
         ownership = Ownership(state)
         reuse = ReuseChecker(tasks, state.now, tuning.execd_timeout_s)
         creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse, batcher)
-        warm = WarmHandOut(state, tasks, deleter, tuning.health_timeout_s)
+        warm = WarmHandOut(state, tasks, deleter, batcher, tuning.health_timeout_s)
         acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm, batcher)
         drainer = Drainer(state, tasks, runtimes, deleter, ownership)
-        releaser = Releaser(state, tasks, runtimes, deleter, creates, reuse)
+        releaser = Releaser(state, tasks, runtimes, deleter, creates, reuse, batcher)
         reconciler = Reconciler(state, tasks, runtimes, deleter)
         maintenance = MaintenanceRunner(
             state, tasks, runtimes, deleter, creates, drainer, reconciler, tuning.unclaimed_grace_s

@@ -16,13 +16,16 @@ import logging
 from typing import Any
 
 from sandboxes.controller import queries
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.runtime import AcquireResult, JobRuntime, SandboxRef
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
 from sandboxes.pool import WarmPod
 from sandboxes.providers.base import Handle
-from sandboxes.services import sandbox_hand_out, sandbox_mark_healthy
+from sandboxes.services import sandbox_mark_healthy
+from sandboxes.services.batch import HandOut
+from sandboxes.services.moves import hand_out_move
 from sandboxes.states import AcquisitionOutcome, SandboxSource, SandboxState
 from sandman_site.errors import InvalidTransition, JobNotActive
 
@@ -37,11 +40,13 @@ class WarmHandOut:
         state: ControllerState,
         tasks: TaskOwner,
         deleter: Deleter,
+        batcher: WriteBatcher,
         health_timeout_s: float,
     ) -> None:
         self._state = state
         self._tasks = tasks
         self._deleter = deleter
+        self._batcher = batcher
         self._health_timeout_s = health_timeout_s
 
     async def try_hand_out(
@@ -120,23 +125,13 @@ class WarmHandOut:
         source = (SandboxSource.REUSED if pod.reused else SandboxSource.WARM).value
         checked_at = self._state.now()
         wait_ms = (self._state.clock() - t0) * 1000.0
-        write = self._tasks.spawn(
-            self._tasks.db_now(
-                sandbox_hand_out,
-                sandbox_id=sid,
-                source=source,
-                role=role,
-                now=checked_at,
-                healthy_at=checked_at,
-                acquisition={
-                    **record,
-                    "outcome": AcquisitionOutcome.OK.value,
-                    "queue_ms": 0.0,
-                    "wait_ms": wait_ms,
-                },
-            ),
-            rt,
+        move = hand_out_move(
+            sandbox_id=sid, source=source, role=role, now=checked_at, healthy_at=checked_at
         )
+        finished = {**record, "outcome": AcquisitionOutcome.OK.value, "queue_ms": 0.0}
+        finished["wait_ms"] = wait_ms
+        # Batched with the other hand-outs and releases queued meanwhile (batcher.py).
+        write = self._tasks.spawn(self._batcher.hand_out(HandOut(move, finished)), rt)
         try:
             await asyncio.shield(write)
         except asyncio.CancelledError:

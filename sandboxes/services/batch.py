@@ -109,6 +109,44 @@ def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]
     return out
 
 
+@dataclass(frozen=True)
+class HandOut:
+    """One hand-out (``moves.hand_out_move``) and, for a warm one, its finished acquisition
+    (``acquisition_record``'s fields; ``sandbox_id``, ``source`` and ``now`` come from the
+    move), written in the hand-out's commit."""
+
+    move: SandboxMove
+    acquisition: dict[str, Any] | None = None
+
+
+def sandbox_hand_out_many(*, items: Sequence[HandOut]) -> list[Outcome]:
+    """Many hand-outs in ONE transaction: the rows locked once, the moves applied as
+    :func:`sandbox_moves_apply` does, and each handed-out sandbox's acquisition finished
+    with it (open rows updated, the others inserted). A refused hand-out (the pod was taken
+    meanwhile: ``InvalidTransition``) writes nothing, its acquisition included; a finished
+    acquisition with an outcome that is not a finished one refuses its hand-out."""
+    with transaction.atomic():
+        out: list[Outcome | None] = [None] * len(items)
+        valid = AcquisitionOutcome.PENDING
+        for index, item in enumerate(items):
+            record = item.acquisition
+            if record is not None and record["outcome"] not in ACQUISITION_TRANSITIONS[valid]:
+                out[index] = InvalidTransition(f"{record['outcome']!r} is not a finished outcome")
+        todo = [i for i, answer in enumerate(out) if answer is None]
+        moves = [items[i].move for i in todo]
+        applied = apply_moves_locked(lock_rows_by_pk({m.sandbox_id for m in moves}), moves)
+        records: list[dict[str, Any]] = []
+        for index, answer in zip(todo, applied, strict=True):
+            out[index] = answer
+            move, record = items[index].move, items[index].acquisition
+            if record is not None and not isinstance(answer, SandmanError):
+                source = move.fields.get("source", "")
+                records.append({**record, "sandbox_id": move.sandbox_id, "source": source})
+                records[-1]["now"] = move.now
+        acquisitions_write(records)
+    return [answer for answer in out if answer is not None]
+
+
 def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:
     """Apply many moves in one transaction; per move its row or the error that refused it."""
     with transaction.atomic():
@@ -367,34 +405,41 @@ def acquisition_record_many(
     open rows (``acquisition_id``) updated with one statement, the others inserted with one
     INSERT; a record whose outcome is not a finished one is refused alone."""
     with transaction.atomic():
-        rows: list[Acquisition] = []
-        out: list[Acquisition | SandmanError] = []
-        for r in records:
-            if r["outcome"] not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
-                out.append(InvalidTransition(f"{r['outcome']!r} is not a finished outcome"))
-                continue
-            row = Acquisition(
-                pk=r.get("acquisition_id"),
-                job_id=r["job_id"],
-                user_id=r.get("user_id"),
-                role=r["role"],
-                image=r["image"],
-                key_hash=r["key_hash"],
-                outcome=r["outcome"],
-                source=r.get("source", ""),
-                sandbox_id=r.get("sandbox_id"),
-                started_at=r["started_at"],
-                finished_at=r["now"],
-                queue_ms=r.get("queue_ms"),
-                create_ms=r.get("create_ms"),
-                wait_ms=r.get("wait_ms"),
-                detail=str(r.get("detail", ""))[:2000],
-                idempotency_key=r.get("idempotency_key", ""),
-            )
-            rows.append(row)
-            out.append(row)
+        return acquisitions_write(records)
+
+
+def acquisitions_write(records: Sequence[dict[str, Any]]) -> list[Acquisition | SandmanError]:
+    """:func:`acquisition_record_many` in the caller's open transaction."""
+    rows: list[Acquisition] = []
+    out: list[Acquisition | SandmanError] = []
+    for r in records:
+        if r["outcome"] not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
+            out.append(InvalidTransition(f"{r['outcome']!r} is not a finished outcome"))
+            continue
+        row = Acquisition(
+            pk=r.get("acquisition_id"),
+            job_id=r["job_id"],
+            user_id=r.get("user_id"),
+            role=r["role"],
+            image=r["image"],
+            key_hash=r["key_hash"],
+            outcome=r["outcome"],
+            source=r.get("source", ""),
+            sandbox_id=r.get("sandbox_id"),
+            started_at=r["started_at"],
+            finished_at=r["now"],
+            queue_ms=r.get("queue_ms"),
+            create_ms=r.get("create_ms"),
+            wait_ms=r.get("wait_ms"),
+            detail=str(r.get("detail", ""))[:2000],
+            idempotency_key=r.get("idempotency_key", ""),
+        )
+        rows.append(row)
+        out.append(row)
+    opened = [row for row in rows if row.pk is not None]  # before the INSERT sets pks
+    if len(opened) < len(rows):
         Acquisition.objects.bulk_create([row for row in rows if row.pk is None])
-        acquisition_finish_open([row for row in rows if row.pk is not None])
-        for row in rows:
-            acquisition_published(row, _finished_at(row))
+    acquisition_finish_open(opened)
+    for row in rows:
+        acquisition_published(row, _finished_at(row))
     return out

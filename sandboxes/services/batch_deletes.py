@@ -25,10 +25,10 @@ from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox
 from sandboxes.services.batch import apply_moves_locked, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
-from sandboxes.services.moves import Event, SandboxMove
+from sandboxes.services.moves import Event, SandboxMove, release_move
 from sandboxes.services.rawinsert import insert_new_rows
-from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
-from sandman_site.errors import SandmanError
+from sandboxes.states import SANDBOX_TRANSITIONS, Role, SandboxState
+from sandman_site.errors import AlreadyReleased, NotFound, SandmanError
 
 
 @dataclass(frozen=True)
@@ -107,28 +107,9 @@ def sandbox_begin_delete_many(
         for index, exc in refused.items():
             out[index] = exc  # type: ignore[assignment]
         needs = [(i, r) for i, r in needs if i not in refused]
-        names = {locked[r.sandbox_id].name for _, r in needs}
-        existing = {p.name: p for p in PendingDelete.objects.filter(name__in=names)}
-        fresh: dict[str, PendingDelete] = {}
-        for _, r in needs:
-            row = locked[r.sandbox_id]
-            if row.name in existing or row.name in fresh:
-                continue
-            fresh[row.name] = PendingDelete(
-                name=row.name,
-                backend=row.backend,
-                backend_uid=row.backend_uid,
-                backend_ref=row.backend_ref,
-                nonce=row.nonce,
-                sandbox=row,
-                reason=r.reason[:64],
-                created_at=r.now,
-                next_attempt_at=r.now,
-            )
-        insert_new_rows(PendingDelete, list(fresh.values()))  # pks are not needed here
-        existing.update(fresh)
+        orders = _pending_orders(locked, [r for _, r in needs])
         for index, r in needs:
-            out[index] = pending_order(existing[locked[r.sandbox_id].name])
+            out[index] = orders[r.sandbox_id]
         return out
 
 
@@ -171,3 +152,98 @@ def pending_delete_confirmed_many(
             failed = next((x for x in applied[start:end] if isinstance(x, SandmanError)), None)
             out[index] = failed if failed is not None else applied[end - 1].pk  # type: ignore[union-attr]
         return out
+
+
+def _pending_orders(
+    locked: dict[int, Sandbox], requests: Sequence[DeleteRequest]
+) -> dict[int, DeleteOrder]:
+    """The order of each request's sandbox (by sandbox id): its ``PendingDelete`` row, kept
+    if one exists, else inserted (all new rows in ONE INSERT), in the caller's transaction."""
+    names = {locked[r.sandbox_id].name for r in requests}
+    existing = {p.name: p for p in PendingDelete.objects.filter(name__in=names)} if names else {}
+    fresh: dict[str, PendingDelete] = {}
+    for r in requests:
+        row = locked[r.sandbox_id]
+        if row.name in existing or row.name in fresh:
+            continue
+        fresh[row.name] = PendingDelete(
+            name=row.name,
+            backend=row.backend,
+            backend_uid=row.backend_uid,
+            backend_ref=row.backend_ref,
+            nonce=row.nonce,
+            sandbox=row,
+            reason=r.reason[:64],
+            created_at=r.now,
+            next_attempt_at=r.now,
+        )
+    insert_new_rows(PendingDelete, list(fresh.values()))  # pks are not needed here
+    existing.update(fresh)
+    return {r.sandbox_id: pending_order(existing[locked[r.sandbox_id].name]) for r in requests}
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    """``sandbox_release_and_begin_delete``'s arguments."""
+
+    sandbox_id: int
+    now: dt.datetime
+    verdict: str | None = None
+    patch_sha256: str | None = None
+    suite: str | None = None
+    keep_grading: bool = False  # a grading pod is kept (released, no delete) for reuse
+
+
+Released = tuple[Sandbox, DeleteOrder | None, bool]  # the row, its order, kept for reuse
+
+
+def sandbox_release_many(*, requests: Sequence[ReleaseRequest]) -> list[Released | SandmanError]:
+    """Many releases, each with its delete begun (or its grading pod kept for a reuse
+    check), in ONE transaction: one lock of all rows, the moves applied as one batch, the
+    pending rows in one INSERT. Per request ``(row, order, kept)`` or the error that
+    refused it (``release_refusal``; a second release of a sandbox is ``AlreadyReleased``,
+    in the same batch too), which writes nothing for it."""
+    from sandboxes.services.sandboxes import release_refusal
+
+    with transaction.atomic():
+        locked = lock_rows_by_pk({r.sandbox_id for r in requests})
+        out: list[Released | SandmanError | None] = []
+        moves: list[SandboxMove] = []
+        planned: list[tuple[int, ReleaseRequest, DeleteRequest | None]] = []
+        released: set[int] = set()
+        for r in requests:
+            row = locked.get(r.sandbox_id)
+            if row is None:
+                out.append(NotFound(f"sandbox {r.sandbox_id} does not exist"))
+                continue
+            refused = release_refusal(row)
+            if refused is None and r.sandbox_id in released:
+                refused = AlreadyReleased(f"sandbox {row.name} was already released")
+            if refused is not None:
+                out.append(refused)
+                continue
+            released.add(r.sandbox_id)
+            moves.append(
+                release_move(
+                    sandbox_id=row.pk,
+                    now=r.now,
+                    verdict=r.verdict,
+                    patch_sha256=r.patch_sha256,
+                    suite=r.suite,
+                )
+            )
+            delete: DeleteRequest | None = None
+            if not (r.keep_grading and row.role == Role.GRADING):
+                delete = DeleteRequest(sandbox_id=row.pk, reason="released", now=r.now)
+                begin, _ = _begin_moves(row, delete)  # in use: to deleting, with an order
+                moves.extend(begin)
+            planned.append((len(out), r, delete))
+            out.append(None)
+        for answer in apply_moves_locked(locked, moves):
+            if isinstance(answer, SandmanError):  # in use -> released -> deleting is allowed
+                raise answer
+        orders = _pending_orders(locked, [d for _, _, d in planned if d is not None])
+        for index, r, delete in planned:
+            order = None if delete is None else orders[r.sandbox_id]
+            out[index] = (locked[r.sandbox_id], order, delete is None)
+    return [answer for answer in out if answer is not None]

@@ -22,7 +22,6 @@ from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
 from sandboxes.services.sandboxes import sandbox_transition, transition_locked
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
-from sandman_site.errors import NotFound
 
 
 @dataclass(frozen=True)
@@ -123,22 +122,24 @@ def sandbox_release_and_begin_delete(
     """Release, then (unless kept for a reuse check) begin the delete: ONE transaction.
 
     Returns ``(sandbox, order, kept)``; ``kept`` is True when ``keep_grading`` asked to
-    keep a grading pod for checked reuse and the sandbox is one.
+    keep a grading pod for checked reuse and the sandbox is one. One release of
+    :func:`~sandboxes.services.batch_deletes.sandbox_release_many` (the controller
+    batches them).
     """
-    from sandboxes.services.sandboxes import release_locked
-    from sandboxes.states import Role
+    from sandboxes.services.batch_deletes import ReleaseRequest, sandbox_release_many
 
-    with transaction.atomic():
-        sandbox = Sandbox.objects.select_for_update().filter(pk=sandbox_id).first()
-        if sandbox is None:
-            raise NotFound(f"sandbox {sandbox_id} does not exist")
-        sandbox = release_locked(
-            sandbox, now=now, verdict=verdict, patch_sha256=patch_sha256, suite=suite
-        )
-        if keep_grading and sandbox.role == Role.GRADING:
-            return sandbox, None, True
-        order = _begin_delete_locked(sandbox, reason="released", now=now)
-        return sandbox, order, False
+    request = ReleaseRequest(
+        sandbox_id=sandbox_id,
+        now=now,
+        verdict=verdict,
+        patch_sha256=patch_sha256,
+        suite=suite,
+        keep_grading=keep_grading,
+    )
+    (answer,) = sandbox_release_many(requests=[request])
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
 
 
 def pending_delete_for_unknown(

@@ -208,3 +208,24 @@ def hand_out_move(
         events=tuple(extra),
         acquisition_id=acquisition_id,
     )
+
+
+def release_move(
+    *,
+    sandbox_id: int,
+    now: dt.datetime,
+    verdict: str | None = None,
+    patch_sha256: str | None = None,
+    suite: str | None = None,
+) -> SandboxMove:
+    """In use → released (the caller checked it may: ``sandboxes.release_refusal``); a
+    grading's verdict rides on the ``released`` event."""
+    detail: dict[str, Any] = {}
+    if verdict:
+        detail = {"verdict": verdict, "patch_sha256": patch_sha256 or "", "suite": suite or ""}
+    return SandboxMove(
+        sandbox_id=sandbox_id,
+        now=now,
+        to=SandboxState.RELEASED,
+        events=((events.RELEASED, now, detail),),
+    )

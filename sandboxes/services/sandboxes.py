@@ -37,9 +37,16 @@ from sandboxes.services.moves import (
     handle_move,
     plan_move,
     ready_move,
+    release_move,
 )
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
-from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound, SandboxLost
+from sandman_site.errors import (
+    AlreadyReleased,
+    InvalidTransition,
+    NotFound,
+    SandboxLost,
+    SandmanError,
+)
 
 # failure_reason of a sandbox the backend lost while Ready or handed out.
 LOST_PREFIX = "lost: "
@@ -239,18 +246,18 @@ def sandbox_hand_out(
 
     ``healthy_at`` stamps the health check that preceded a warm hand-out, and
     ``acquisition`` (the fields of ``acquisition_record``) writes the finished
-    acquisition, both in the same transaction: one commit per warm hand-out.
+    acquisition, both in the same transaction: one commit per warm hand-out. One hand-out
+    of :func:`~sandboxes.services.batch.sandbox_hand_out_many` (the controller batches them).
     """
+    from sandboxes.services.batch import HandOut, sandbox_hand_out_many
+
     move = hand_out_move(
         sandbox_id=sandbox_id, source=source, role=role, now=now, healthy_at=healthy_at
     )
-    with transaction.atomic():
-        sandbox = apply_locked(_lock(sandbox_id), move)
-        if acquisition is not None:
-            from sandboxes.services.acquisitions import acquisition_insert
-
-            acquisition_insert(**acquisition, sandbox_id=sandbox_id, source=source, now=now)
-    return sandbox
+    (answer,) = sandbox_hand_out_many(items=[HandOut(move=move, acquisition=acquisition)])
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
 
 
 def sandbox_release(
@@ -277,32 +284,36 @@ def release_locked(
     suite: str | None = None,
 ) -> Sandbox:
     """:func:`sandbox_release` for a row the caller locked in its open transaction."""
+    refused = release_refusal(sandbox)
+    if refused is not None:
+        raise refused
+    move = release_move(
+        sandbox_id=sandbox.pk, now=now, verdict=verdict, patch_sha256=patch_sha256, suite=suite
+    )
+    return apply_locked(sandbox, move)
+
+
+def release_refusal(sandbox: Sandbox) -> SandmanError | None:
+    """Why this row cannot be released (lost by its backend: ``SandboxLost``; released
+    before: ``AlreadyReleased``, a 409; not in use: ``InvalidTransition``), or None."""
     if sandbox.failure_reason.startswith(LOST_PREFIX):
-        raise SandboxLost(
+        return SandboxLost(
             f"sandbox {sandbox.name} was lost by its backend: "
             f"{sandbox.failure_reason[len(LOST_PREFIX) :]}",
             {"state": sandbox.state, "failure_reason": sandbox.failure_reason},
         )
-    if sandbox.state != SandboxState.IN_USE:
-        if sandbox.released_at is not None or sandbox.state in (
-            SandboxState.RELEASED,
-            SandboxState.DELETING,
-            SandboxState.DELETED,
-        ):
-            raise AlreadyReleased(
-                f"sandbox {sandbox.name} was already released (state {sandbox.state})"
-            )
-        raise InvalidTransition(
-            f"sandbox {sandbox.name} is {sandbox.state}, not in use: nothing to release"
+    if sandbox.state == SandboxState.IN_USE:
+        return None
+    if sandbox.released_at is not None or sandbox.state in (
+        SandboxState.RELEASED,
+        SandboxState.DELETING,
+        SandboxState.DELETED,
+    ):
+        return AlreadyReleased(
+            f"sandbox {sandbox.name} was already released (state {sandbox.state})"
         )
-    detail: dict[str, Any] = {}
-    if verdict:
-        detail = {"verdict": verdict, "patch_sha256": patch_sha256 or "", "suite": suite or ""}
-    return transition_locked(
-        sandbox,
-        to=SandboxState.RELEASED,
-        now=now,
-        extra_events=[(events.RELEASED, now, detail)],
+    return InvalidTransition(
+        f"sandbox {sandbox.name} is {sandbox.state}, not in use: nothing to release"
     )
 
 
