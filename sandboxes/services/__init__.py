@@ -16,6 +16,8 @@ from sandboxes.services.acquisitions import (
     acquisition_start,
     acquisitions_close_unanswered,
 )
+from sandboxes.services.batch import sandbox_hand_out
+from sandboxes.services.batch_deletes import sandbox_release_and_begin_delete
 from sandboxes.services.deletes import (
     DeleteOrder,
     delete_backoff_s,
@@ -23,12 +25,10 @@ from sandboxes.services.deletes import (
     pending_delete_failed,
     pending_delete_for_unknown,
     sandbox_begin_delete,
-    sandbox_release_and_begin_delete,
 )
 from sandboxes.services.jobs import job_create, job_mark_drained, job_mark_draining
 from sandboxes.services.sandboxes import (
     sandbox_fail,
-    sandbox_hand_out,
     sandbox_mark_creating,
     sandbox_mark_gone,
     sandbox_mark_healthy,

@@ -41,7 +41,7 @@ from sandboxes.services.acquisitions import (
     acquisition_link_sandboxes,
     acquisition_published,
 )
-from sandboxes.services.moves import SandboxMove, plan_move
+from sandboxes.services.moves import SandboxMove, hand_out_move, plan_move
 from sandboxes.services.sandboxes import new_sandbox_name, payload
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome, SandboxState
 from sandman_site.errors import InvalidTransition, NotFound, SandmanError
@@ -145,6 +145,31 @@ def sandbox_hand_out_many(*, items: Sequence[HandOut]) -> list[Outcome]:
                 records[-1]["now"] = move.now
         acquisitions_write(records)
     return [answer for answer in out if answer is not None]
+
+
+def sandbox_hand_out(
+    *,
+    sandbox_id: int,
+    source: str,
+    role: str,
+    now: dt.datetime,
+    healthy_at: dt.datetime | None = None,
+    acquisition: dict[str, Any] | None = None,
+) -> Sandbox:
+    """Ready → in use: the agent has it now; it is never warm again.
+
+    ``healthy_at`` stamps the health check that preceded a warm hand-out, and
+    ``acquisition`` (the fields of ``acquisition_record``) writes the finished
+    acquisition, both in the same transaction: one commit per warm hand-out. One hand-out
+    of :func:`sandbox_hand_out_many` (the controller batches them).
+    """
+    move = hand_out_move(
+        sandbox_id=sandbox_id, source=source, role=role, now=now, healthy_at=healthy_at
+    )
+    (answer,) = sandbox_hand_out_many(items=[HandOut(move=move, acquisition=acquisition)])
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
 
 
 def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:

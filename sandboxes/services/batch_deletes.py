@@ -27,6 +27,7 @@ from sandboxes.services.batch import apply_moves_locked, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
 from sandboxes.services.moves import Event, SandboxMove, release_move
 from sandboxes.services.rawinsert import insert_new_rows
+from sandboxes.services.sandboxes import release_refusal
 from sandboxes.states import SANDBOX_TRANSITIONS, Role, SandboxState
 from sandman_site.errors import AlreadyReleased, NotFound, SandmanError
 
@@ -203,8 +204,6 @@ def sandbox_release_many(*, requests: Sequence[ReleaseRequest]) -> list[Released
     pending rows in one INSERT. Per request ``(row, order, kept)`` or the error that
     refused it (``release_refusal``; a second release of a sandbox is ``AlreadyReleased``,
     in the same batch too), which writes nothing for it."""
-    from sandboxes.services.sandboxes import release_refusal
-
     with transaction.atomic():
         locked = lock_rows_by_pk({r.sandbox_id for r in requests})
         out: list[Released | SandmanError | None] = []
@@ -247,3 +246,33 @@ def sandbox_release_many(*, requests: Sequence[ReleaseRequest]) -> list[Released
             order = None if delete is None else orders[r.sandbox_id]
             out[index] = (locked[r.sandbox_id], order, delete is None)
     return [answer for answer in out if answer is not None]
+
+
+def sandbox_release_and_begin_delete(
+    *,
+    sandbox_id: int,
+    now: dt.datetime,
+    verdict: str | None = None,
+    patch_sha256: str | None = None,
+    suite: str | None = None,
+    keep_grading: bool = False,
+) -> tuple[Sandbox, DeleteOrder | None, bool]:
+    """Release, then (unless kept for a reuse check) begin the delete: ONE transaction.
+
+    Returns ``(sandbox, order, kept)``; ``kept`` is True when ``keep_grading`` asked to
+    keep a grading pod for checked reuse and the sandbox is one. One release of
+    :func:`sandbox_release_many` (the controller
+    batches them).
+    """
+    request = ReleaseRequest(
+        sandbox_id=sandbox_id,
+        now=now,
+        verdict=verdict,
+        patch_sha256=patch_sha256,
+        suite=suite,
+        keep_grading=keep_grading,
+    )
+    (answer,) = sandbox_release_many(requests=[request])
+    if isinstance(answer, Exception):
+        raise answer
+    return answer

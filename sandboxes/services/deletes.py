@@ -110,38 +110,6 @@ def _begin_delete_locked(
     return pending_order(pending)
 
 
-def sandbox_release_and_begin_delete(
-    *,
-    sandbox_id: int,
-    now: dt.datetime,
-    verdict: str | None = None,
-    patch_sha256: str | None = None,
-    suite: str | None = None,
-    keep_grading: bool = False,
-) -> tuple[Sandbox, DeleteOrder | None, bool]:
-    """Release, then (unless kept for a reuse check) begin the delete: ONE transaction.
-
-    Returns ``(sandbox, order, kept)``; ``kept`` is True when ``keep_grading`` asked to
-    keep a grading pod for checked reuse and the sandbox is one. One release of
-    :func:`~sandboxes.services.batch_deletes.sandbox_release_many` (the controller
-    batches them).
-    """
-    from sandboxes.services.batch_deletes import ReleaseRequest, sandbox_release_many
-
-    request = ReleaseRequest(
-        sandbox_id=sandbox_id,
-        now=now,
-        verdict=verdict,
-        patch_sha256=patch_sha256,
-        suite=suite,
-        keep_grading=keep_grading,
-    )
-    (answer,) = sandbox_release_many(requests=[request])
-    if isinstance(answer, Exception):
-        raise answer
-    return answer
-
-
 def pending_delete_for_unknown(
     *,
     name: str,

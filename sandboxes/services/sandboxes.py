@@ -33,7 +33,6 @@ from sandboxes.services.moves import (
     Event,
     SandboxMove,
     creating_move,
-    hand_out_move,
     handle_move,
     plan_move,
     ready_move,
@@ -231,33 +230,6 @@ def sandbox_mark_healthy(*, sandbox_id: int, now: dt.datetime, healthy: bool) ->
             sandbox.healthy_at = now
             sandbox.save(update_fields=["healthy_at", "updated_at"])
         add_events(sandbox, [(events.HEALTHY if healthy else events.HEALTH_FAILED, now, {})])
-
-
-def sandbox_hand_out(
-    *,
-    sandbox_id: int,
-    source: str,
-    role: str,
-    now: dt.datetime,
-    healthy_at: dt.datetime | None = None,
-    acquisition: dict[str, Any] | None = None,
-) -> Sandbox:
-    """Ready → in use: the agent has it now; it is never warm again.
-
-    ``healthy_at`` stamps the health check that preceded a warm hand-out, and
-    ``acquisition`` (the fields of ``acquisition_record``) writes the finished
-    acquisition, both in the same transaction: one commit per warm hand-out. One hand-out
-    of :func:`~sandboxes.services.batch.sandbox_hand_out_many` (the controller batches them).
-    """
-    from sandboxes.services.batch import HandOut, sandbox_hand_out_many
-
-    move = hand_out_move(
-        sandbox_id=sandbox_id, source=source, role=role, now=now, healthy_at=healthy_at
-    )
-    (answer,) = sandbox_hand_out_many(items=[HandOut(move=move, acquisition=acquisition)])
-    if isinstance(answer, Exception):
-        raise answer
-    return answer
 
 
 def sandbox_release(

@@ -70,7 +70,7 @@ def seed_sandbox(
     that must not start a controller.
     """
     from sandboxes.providers.base import ReadyInfo
-    from sandboxes.services.sandboxes import (
+    from sandboxes.services import (
         sandbox_hand_out,
         sandbox_mark_creating,
         sandbox_mark_ready,

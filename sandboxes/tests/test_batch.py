@@ -16,15 +16,19 @@ from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEv
 from sandboxes.providers.base import ReadyInfo
 from sandboxes.services import job_create
 from sandboxes.services.batch import (
+    HandOut,
     SandboxRequest,
     acquisition_record_many,
+    sandbox_hand_out_many,
     sandbox_moves_apply,
     sandbox_request_many,
 )
 from sandboxes.services.batch_deletes import (
     DeleteRequest,
+    ReleaseRequest,
     pending_delete_confirmed_many,
     sandbox_begin_delete_many,
+    sandbox_release_many,
 )
 from sandboxes.services.moves import (
     creating_move,
@@ -33,7 +37,7 @@ from sandboxes.services.moves import (
     handle_move,
     ready_move,
 )
-from sandman_site.errors import InvalidTransition, NotFound, ProviderError
+from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound, ProviderError
 
 pytestmark = pytest.mark.django_db
 
@@ -287,3 +291,112 @@ def test_batched_events_are_one_read_and_one_insert_and_a_missing_sandbox_is_ref
     assert SandboxEvent.objects.count() == before + 2
     warm = SandboxEvent.objects.filter(kind=events.WARM).order_by("sandbox_id")
     assert [(e.sandbox_id, e.detail, e.at) for e in warm] == [(a, {"late": False}, T0), (b, {}, T0)]
+
+
+def _in_use(job: Job, n: int, role: str = "rollout") -> list[int]:
+    ids = [r.pk for r in sandbox_request_many(requests=_requests(job, n))]
+    _create_path(ids)
+    sandbox_hand_out_many(
+        items=[
+            HandOut(hand_out_move(sandbox_id=i, source="created", role=role, now=T0)) for i in ids
+        ]
+    )
+    return ids
+
+
+def _acquisition(job: Job, **extra: object) -> dict[str, object]:
+    return {
+        "job_id": job.pk,
+        "role": "rollout",
+        "image": "sandman/empty",
+        "key_hash": "k" * 16,
+        "started_at": T0,
+        "outcome": "ok",
+        "queue_ms": 0.0,
+        "wait_ms": 1.0,
+        **extra,
+    }
+
+
+def test_batched_warm_hand_outs_finish_their_acquisitions_and_a_refused_one_writes_nothing(
+    job: Job,
+) -> None:
+    ready = [r.pk for r in sandbox_request_many(requests=_requests(job, 3))]
+    _create_path(ready)
+    taken = ready[2]
+    sandbox_hand_out_many(
+        items=[HandOut(hand_out_move(sandbox_id=taken, source="warm", role="rollout", now=T0))]
+    )
+    opened = Acquisition.objects.create(
+        job=job, role="rollout", image="sandman/empty", key_hash="k" * 16, started_at=T0
+    )
+    later = T0 + dt.timedelta(seconds=1)
+
+    def warm(sandbox_id: int, **acquisition: object) -> HandOut:
+        move = hand_out_move(
+            sandbox_id=sandbox_id, source="warm", role="rollout", now=later, healthy_at=later
+        )
+        return HandOut(move, _acquisition(job, **acquisition))
+
+    out = sandbox_hand_out_many(
+        items=[
+            warm(ready[0], acquisition_id=opened.pk),  # the acquire's open pending row
+            warm(ready[1]),  # no open row: inserted
+            warm(taken),  # in use already: refused
+        ]
+    )
+    assert [type(o) for o in out] == [Sandbox, Sandbox, InvalidTransition]
+    opened.refresh_from_db()
+    assert (opened.outcome, opened.sandbox_id, opened.source) == ("ok", ready[0], "warm")
+    assert opened.finished_at == later
+    inserted = Acquisition.objects.get(sandbox_id=ready[1])
+    assert (inserted.outcome, inserted.source, inserted.finished_at) == ("ok", "warm", later)
+    assert not Acquisition.objects.filter(sandbox_id=taken).exists()
+    assert Acquisition.objects.count() == 2
+    assert Sandbox.objects.get(pk=ready[0]).healthy_at == later
+    kinds = set(SandboxEvent.objects.filter(sandbox_id=taken, at=later).values_list("kind"))
+    assert kinds == set()
+
+
+def test_batched_releases_begin_their_deletes_keep_grading_pods_and_refuse_a_second_release(
+    job: Job,
+) -> None:
+    rollout, twice = _in_use(job, 2)
+    (grading,) = _in_use(job, 1, role="grading")
+    later = T0 + dt.timedelta(seconds=1)
+    out = sandbox_release_many(
+        requests=[
+            ReleaseRequest(sandbox_id=rollout, now=later),
+            ReleaseRequest(sandbox_id=grading, now=later, verdict="pass", keep_grading=True),
+            ReleaseRequest(sandbox_id=twice, now=later),
+            ReleaseRequest(sandbox_id=twice, now=later),  # a resend in the same batch
+            ReleaseRequest(sandbox_id=10**9, now=later),
+        ]
+    )
+    row, order, kept = out[0]  # type: ignore[misc]
+    assert row.state == "deleting" and order is not None and order.name == row.name and not kept
+    row, order, kept = out[1]  # type: ignore[misc]
+    assert row.state == "released" and order is None and kept
+    assert isinstance(out[2], tuple) and out[2][1] is not None
+    assert isinstance(out[3], AlreadyReleased)
+    assert isinstance(out[4], NotFound)
+    states = dict(
+        Sandbox.objects.filter(pk__in=(rollout, grading, twice)).values_list("pk", "state")
+    )
+    assert states == {rollout: "deleting", grading: "released", twice: "deleting"}
+    assert set(PendingDelete.objects.values_list("sandbox_id", flat=True)) == {rollout, twice}
+    released = SandboxEvent.objects.get(sandbox_id=grading, kind=events.RELEASED)
+    assert released.detail == {"verdict": "pass", "patch_sha256": "", "suite": ""}
+    assert SandboxEvent.objects.filter(sandbox_id=twice, kind=events.RELEASED).count() == 1
+    # A later batch: the same sandbox again is still the 409's AlreadyReleased.
+    (again,) = sandbox_release_many(requests=[ReleaseRequest(sandbox_id=rollout, now=later)])
+    assert isinstance(again, AlreadyReleased)
+
+
+def test_a_batch_of_releases_costs_the_same_queries_for_2_or_20_sandboxes(job: Job) -> None:
+    small, large = _in_use(job, 2), _in_use(job, 20)
+    later = T0 + dt.timedelta(seconds=1)
+    assert _queries(
+        lambda: sandbox_release_many(requests=[ReleaseRequest(i, later) for i in small])
+    ) == _queries(lambda: sandbox_release_many(requests=[ReleaseRequest(i, later) for i in large]))
+    assert PendingDelete.objects.count() == 22
