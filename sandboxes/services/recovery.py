@@ -84,13 +84,17 @@ def acquisition_recover(*, job_id: int, key: str, now: dt.datetime) -> Recovered
     the earlier one ended ``service_restarted``), never a second sandbox."""
     if not key:
         return None
+    handed = (
+        Acquisition.objects.filter(job_id=job_id, idempotency_key=key, sandbox_id__isnull=False)
+        .exclude(outcome=AcquisitionOutcome.PENDING)
+        .order_by("-pk")
+    )
+    # A key's first call (every call but a resend) has no such row: one plain read, no
+    # transaction; only a row found is read again under the sandbox's lock.
+    if not handed.exists():
+        return None
     with transaction.atomic():
-        earlier = (
-            Acquisition.objects.filter(job_id=job_id, idempotency_key=key, sandbox_id__isnull=False)
-            .exclude(outcome=AcquisitionOutcome.PENDING)
-            .order_by("-pk")
-            .first()
-        )
+        earlier = handed.first()
         if earlier is None or earlier.sandbox_id is None:
             return None
         sandbox = (

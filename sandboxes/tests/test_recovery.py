@@ -190,3 +190,20 @@ def test_a_link_never_names_a_sandbox_on_a_row_a_later_controller_ended() -> Non
     )
     opened.refresh_from_db()
     assert opened.outcome == AcquisitionOutcome.FAILED and opened.sandbox_id is None
+
+
+def test_a_keys_first_call_costs_one_plain_read_and_a_resend_still_recovers() -> None:
+    """Every keyed acquire asks for recovery first; a fresh key (every call but a resend)
+    must not pay a transaction for it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user, _ = make_user("trainer")
+    job = make_job(user)
+    sandbox, _ = cut_hand_out(job, key="k-cut")
+    with CaptureQueriesContext(connection) as fresh:
+        assert acquisition_recover(job_id=job.pk, key="k-new", now=timezone.now()) is None
+    statements = [q["sql"].split(None, 1)[0].upper() for q in fresh.captured_queries]
+    assert statements == ["SELECT"]  # no SAVEPOINT (a transaction) around it
+    recovered = acquisition_recover(job_id=job.pk, key="k-cut", now=timezone.now())
+    assert recovered is not None and recovered.sandbox_id == sandbox.pk
