@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection
+from django.db.models import Field
 
 from sandboxes.models import IdempotentCall
 
@@ -26,21 +27,43 @@ def idempotent_call_record(
     sandbox_id: int | None,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """Record ``answer`` for the key, or return the one already recorded."""
-    try:
-        with transaction.atomic():
-            IdempotentCall.objects.create(
-                route=route,
-                scope=scope,
-                key=key,
-                answer=answer,
-                sandbox_id=sandbox_id,
-                created_at=now,
-            )
+    """Record ``answer`` for the key, or return the one already recorded.
+
+    ONE statement, ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` (PostgreSQL and SQLite
+    3.35+): every keyed acquire and release records its answer, and a transaction around
+    an ORM create cost three round trips and the ORM's insert compiler on a request thread."""
+    meta = IdempotentCall._meta
+    qn = connection.ops.quote_name
+    values = {
+        "route": route,
+        "scope": scope,
+        "key": key,
+        "sandbox_id": sandbox_id,
+        "answer": answer,
+        "created_at": now,
+    }
+    fields = [_concrete(name) for name in values]
+    columns = ", ".join(qn(f.column) for f in fields)
+    unique = ", ".join(qn(_concrete(name).column) for name in ("route", "scope", "key"))
+    marks = ", ".join(["%s"] * len(fields))
+    sql = (
+        f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks}) "
+        f"ON CONFLICT ({unique}) DO NOTHING RETURNING {qn(meta.pk.column)}"
+    )
+    params = [f.get_db_prep_save(values[f.name], connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        inserted = cursor.fetchone()
+    if inserted is not None:
         return answer
-    except IntegrityError:
-        first = IdempotentCall.objects.get(route=route, scope=scope, key=key)
-        return dict(first.answer)
+    first = IdempotentCall.objects.get(route=route, scope=scope, key=key)
+    return dict(first.answer)
+
+
+def _concrete(name: str) -> Field[Any, Any]:
+    field = IdempotentCall._meta.get_field(name)
+    assert isinstance(field, Field) and field.concrete, name
+    return field
 
 
 def idempotent_call_prune(*, now: dt.datetime, max_age_s: float = IDEMPOTENCY_TTL_S) -> int:

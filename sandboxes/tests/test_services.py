@@ -316,3 +316,32 @@ def test_a_release_and_its_delete_read_the_row_once(job):
     box.refresh_from_db()
     assert box.state == "deleting" and box.released_at == at(4)
     assert PendingDelete.objects.filter(name=box.name).count() == 1
+
+
+def test_an_idempotent_record_is_one_statement_and_the_first_answer_wins(job):
+    """Every keyed acquire and release records its answer: one INSERT, no transaction;
+    a second record for the same key (a racing retry) gets the first answer back."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.idempotency import idempotent_call_record
+
+    first = {"sandbox_id": 7, "name": "sm-1-a"}
+    with CaptureQueriesContext(connection) as captured:
+        kept = idempotent_call_record(
+            route="acquire", scope=job.pk, key="k", answer=first, sandbox_id=7, now=at(1)
+        )
+    assert kept == first
+    assert _statements(captured.captured_queries) == ["INSERT"]
+    assert _savepoints(captured.captured_queries) == 0
+    again = idempotent_call_record(
+        route="acquire", scope=job.pk, key="k", answer={"sandbox_id": 8}, sandbox_id=8, now=at(2)
+    )
+    assert again == first
+    row = IdempotentCall.objects.get(route="acquire", scope=job.pk, key="k")
+    assert (row.answer, row.sandbox_id, row.created_at) == (first, 7, at(1))
+    other = idempotent_call_record(
+        route="release", scope=job.pk, key="k", answer={}, sandbox_id=None, now=at(3)
+    )
+    assert other == {} and IdempotentCall.objects.count() == 2
