@@ -135,6 +135,13 @@ def _cpu_between(before: dict[int, tuple[int, float]], after: dict[int, tuple[in
     return spent
 
 
+def _host_busy_s() -> float:
+    """CPU seconds the whole host has been busy (every core, every process, the kernel's
+    work for them), from /proc/stat: user + nice + system + irq + softirq + steal."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _client_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -335,12 +342,17 @@ async def run(
             pairs_wall = gets_wall = 0.0  # wall time inside the bursts (refill waits excluded)
             client_cpu = 0.0
             server_cpu = {str(pid): 0.0 for pid in pids}
-            for _ in range(args.rounds):
+            host_busy = refill_busy = 0.0
+            for round_ in range(args.rounds):
+                r0 = _host_busy_s()
                 await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
-                c0, s0 = _client_cpu_s(), _tree_cpu(pids)
+                if round_:  # the previous burst's replacement creates and deletes settling
+                    refill_busy += _host_busy_s() - r0
+                c0, s0, h0 = _client_cpu_s(), _tree_cpu(pids), _host_busy_s()
                 t = time.perf_counter()
                 await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
                 pairs_wall += time.perf_counter() - t
+                host_busy += _host_busy_s() - h0
                 client_cpu += _client_cpu_s() - c0
                 for pid, spent in _cpu_between(s0, _tree_cpu(pids), pids).items():
                     server_cpu[str(pid)] += spent
@@ -360,6 +372,9 @@ async def run(
             # the sandboxes alive through a whole burst, not the replacements it started).
             out["concurrent"]["pair_bursts_cpu_s"] = {
                 "wall_s": round(pairs_wall, 3),
+                # Every process on the host (PostgreSQL, the sandboxes started and ended
+                # inside the bursts, the kernel's work for them): at most cpus * wall_s.
+                "host_busy": round(host_busy, 3),
                 "load_generator": round(client_cpu, 3),
                 "service_process_trees": {
                     name: round(server_cpu[str(pid)], 3)
@@ -367,6 +382,12 @@ async def run(
                 },
             }
 
+            # After each burst (but the last) until the pool is full and quiet again: the
+            # replacement creates (one per hand-out) and the released sandboxes' deletes
+            # that the burst started, plus the bench's polling GETs; per replacement create.
+            if args.rounds > 1:
+                per_create = refill_busy * 1000 / (args.clients * (args.rounds - 1))
+                out["concurrent"]["refill_host_busy_ms_per_create"] = round(per_create, 1)
             serial = Phase()
             out["serial_window"] = [time.time()]
             for _ in range(args.serial):
