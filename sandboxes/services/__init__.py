@@ -17,14 +17,16 @@ from sandboxes.services.acquisitions import (
     acquisitions_close_unanswered,
 )
 from sandboxes.services.batch import sandbox_hand_out
-from sandboxes.services.batch_deletes import sandbox_release_and_begin_delete
+from sandboxes.services.batch_deletes import (
+    sandbox_begin_delete,
+    sandbox_release_and_begin_delete,
+)
 from sandboxes.services.deletes import (
     DeleteOrder,
     delete_backoff_s,
     pending_delete_confirmed,
     pending_delete_failed,
     pending_delete_for_unknown,
-    sandbox_begin_delete,
 )
 from sandboxes.services.jobs import job_create, job_mark_drained, job_mark_draining
 from sandboxes.services.sandboxes import (

@@ -1,6 +1,6 @@
 """Deletes of many sandboxes in one transaction (the controller's batch of ``deletes.py``).
 
-The same rules as :func:`~sandboxes.services.deletes.sandbox_begin_delete` and
+The same rules as :func:`sandbox_begin_delete` (one request of the batch) and
 :func:`~sandboxes.services.deletes.pending_delete_confirmed`, for a batch:
 
 * the ``PendingDelete`` row of each delete is written in the SAME transaction that moves its
@@ -273,6 +273,22 @@ def sandbox_release_and_begin_delete(
         keep_grading=keep_grading,
     )
     (answer,) = sandbox_release_many(requests=[request])
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+def sandbox_begin_delete(
+    *, sandbox_id: int, reason: str, now: dt.datetime, kind: str = ""
+) -> DeleteOrder | None:
+    """Move a sandbox to ``deleting`` and persist its pending delete, in one transaction.
+
+    Returns the order to send, or None when there is nothing to delete on the backend
+    (already deleted, never sent, or no such sandbox). ``kind`` adds one more event (e.g.
+    ``reclaimed``). One request of :func:`sandbox_begin_delete_many`.
+    """
+    request = DeleteRequest(sandbox_id=sandbox_id, reason=reason, now=now, kind=kind)
+    (answer,) = sandbox_begin_delete_many(requests=[request])
     if isinstance(answer, Exception):
         raise answer
     return answer

@@ -20,7 +20,7 @@ from django.db import transaction
 
 from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
-from sandboxes.services.sandboxes import sandbox_transition, transition_locked
+from sandboxes.services.sandboxes import sandbox_transition
 from sandboxes.states import SANDBOX_TRANSITIONS, SandboxState
 
 
@@ -53,61 +53,6 @@ def pending_order(pending: PendingDelete) -> DeleteOrder:
         sandbox_id=pending.sandbox_id,
         attempts=pending.attempts,
     )
-
-
-def sandbox_begin_delete(
-    *, sandbox_id: int, reason: str, now: dt.datetime, kind: str = ""
-) -> DeleteOrder | None:
-    """Move a sandbox to ``deleting`` and persist its pending delete, in one transaction.
-
-    Returns the order to send, or None when there is nothing to delete on the backend
-    (already deleted, or never sent). ``kind`` adds one more event (e.g. ``reclaimed``).
-    """
-    with transaction.atomic():
-        sandbox = Sandbox.objects.select_for_update().filter(pk=sandbox_id).first()
-        if sandbox is None:
-            return None
-        return _begin_delete_locked(sandbox, reason=reason, now=now, kind=kind)
-
-
-def _begin_delete_locked(
-    sandbox: Sandbox, *, reason: str, now: dt.datetime, kind: str = ""
-) -> DeleteOrder | None:
-    """:func:`sandbox_begin_delete` for a row locked in the caller's open transaction."""
-    if sandbox.state == SandboxState.DELETED:
-        return None
-    extra = [(kind, now, {"reason": reason})] if kind else []
-    if sandbox.state == SandboxState.REQUESTED:
-        transition_locked(
-            sandbox,
-            to=SandboxState.DELETED,
-            now=now,
-            extra_events=[*extra, (events.DELETED, now, {"reason": reason, "sent": False})],
-            reason=reason,
-        )
-        return None
-    if sandbox.state != SandboxState.DELETING:
-        transition_locked(
-            sandbox,
-            to=SandboxState.DELETING,
-            now=now,
-            extra_events=[*extra, (events.DELETE_SENT, now, {"reason": reason})],
-            reason=reason,
-        )
-    pending, _ = PendingDelete.objects.get_or_create(
-        name=sandbox.name,
-        defaults={
-            "backend": sandbox.backend,
-            "backend_uid": sandbox.backend_uid,
-            "backend_ref": sandbox.backend_ref,
-            "nonce": sandbox.nonce,
-            "sandbox": sandbox,
-            "reason": reason[:64],
-            "created_at": now,
-            "next_attempt_at": now,
-        },
-    )
-    return pending_order(pending)
 
 
 def pending_delete_for_unknown(

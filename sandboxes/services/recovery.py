@@ -31,7 +31,8 @@ from django.db.models import Exists, OuterRef, QuerySet
 from sandboxes import events
 from sandboxes.models import Acquisition, Sandbox
 from sandboxes.services.acquisitions import SERVICE_RESTARTED, acquisition_insert
-from sandboxes.services.deletes import DeleteOrder, sandbox_begin_delete
+from sandboxes.services.batch_deletes import sandbox_begin_delete
+from sandboxes.services.deletes import DeleteOrder
 from sandboxes.states import AcquisitionOutcome, SandboxState
 
 UNCLAIMED_AFTER_RESTART = events.UNCLAIMED
