@@ -8,8 +8,8 @@ at a time each costs a lock, a save, an events insert and a commit on the databa
 executor: under a 600-pod burst that was half of the controller's CPU
 (``bench/results/profile_before.txt``). The :class:`WriteBatcher` queues them instead and
 hands everything queued to ONE executor call and ONE transaction per batch, whatever their
-kinds: each kind's writes go to its one service call (one query of each kind), run in a
-savepoint of the batch's transaction.
+kinds: each kind's writes go to its one service call (one query of each kind), with no
+savepoint unless a kind raises (``apply_groups``).
 
 Rules a reader must not break:
 * Batches form by themselves, with no timer: a lane (one per priority) has at most ONE
@@ -20,8 +20,9 @@ Rules a reader must not break:
 * A write whose waiter was cancelled before its batch left is dropped from it, as the
   executor skips a cancelled call (a create cancelled before ``creating`` sends nothing).
 * Each write is answered with its own outcome: a refused move raises ITS error in its
-  waiter; the others of the batch commit. A kind's service call that raises (its savepoint
-  rolled back) fails that kind's writes only; a failed commit fails the whole batch.
+  waiter; the others of the batch commit. A kind's service call that raises fails that
+  kind's writes only (the batch runs again, each kind in a savepoint); a failed commit
+  fails the whole batch.
 * Writes of one kind keep their order in a batch; kinds go in the order they first queued.
   A write is queued only once the writes it depends on returned (a create awaits each), so
   no write of a batch depends on another of the same batch being applied first.
@@ -194,12 +195,29 @@ class WriteBatcher:
 
 def apply_groups(groups: list[tuple[Apply, list[Any]]]) -> dict[Apply, list[Any]]:
     """Database thread: every kind's writes of one batch in ONE transaction. A lone kind is
-    its own service call (its own transaction, as before); with several, each runs in a
-    savepoint, and one that raises answers its writes with that error (the rest commit)."""
+    its own service call (its own transaction, as before). With several, they run one after
+    the other with no savepoint (a batch service opens none inside another transaction:
+    ``services.batch.batch_atomic``); if one raises, nothing of the batch was committed and
+    the batch runs again with each kind in a savepoint, so the one that raises answers its
+    writes with that error and the rest commit. A failed commit fails the whole batch."""
     if len(groups) == 1:
         ((apply, items),) = groups
         return {apply: _checked(apply, items)}
-    out: dict[Apply, list[Any]] = {}
+    kind_raised = False
+    try:
+        with transaction.atomic():
+            out: dict[Apply, list[Any]] = {}
+            for apply, items in groups:
+                try:
+                    out[apply] = _checked(apply, items)
+                except (SandmanError, DatabaseError):
+                    kind_raised = True
+                    raise
+            return out
+    except (SandmanError, DatabaseError):
+        if not kind_raised:
+            raise  # the commit itself failed
+    out = {}
     with transaction.atomic():
         for apply, items in groups:
             try:

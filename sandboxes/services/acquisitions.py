@@ -170,7 +170,7 @@ def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisit
         )
         for r in records
     ]
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # a batch service (``batch.batch_atomic``)
         insert_new_rows(Acquisition, rows, with_pks=True)
     return rows
 

@@ -49,6 +49,15 @@ from sandman_site.errors import InvalidTransition, NotFound, SandmanError
 Outcome = Sandbox | SandmanError
 
 
+def batch_atomic() -> transaction.Atomic:
+    """A batch service's transaction: the outermost one when it is called alone; inside
+    the batcher's transaction (``controller.batcher.apply_groups``) no savepoint of its own
+    -- a SAVEPOINT and its RELEASE per kind per batch, two statements each, for a block
+    that raises only when the database does (refusals are answers), and ``apply_groups``
+    runs a batch again with a savepoint per kind if one raises."""
+    return transaction.atomic(savepoint=False)
+
+
 @dataclass(frozen=True)
 class SandboxRequest:
     """The row of one create about to be sent (``sandbox_request``'s arguments)."""
@@ -67,7 +76,7 @@ class SandboxRequest:
 
 def sandbox_request_many(*, requests: Sequence[SandboxRequest]) -> list[Outcome]:
     """Insert the ``requested`` rows of many creates; per request its row or ``NotFound``."""
-    with transaction.atomic():
+    with batch_atomic():
         jobs = _job_keys({r.job_id for r in requests})
         rows: list[Sandbox] = []
         out: list[Outcome] = []
@@ -125,7 +134,7 @@ def sandbox_hand_out_many(*, items: Sequence[HandOut]) -> list[Outcome]:
     with it (open rows updated, the others inserted). A refused hand-out (the pod was taken
     meanwhile: ``InvalidTransition``) writes nothing, its acquisition included; a finished
     acquisition with an outcome that is not a finished one refuses its hand-out."""
-    with transaction.atomic():
+    with batch_atomic():
         out: list[Outcome | None] = [None] * len(items)
         valid = AcquisitionOutcome.PENDING
         for index, item in enumerate(items):
@@ -174,7 +183,7 @@ def sandbox_hand_out(
 
 def sandbox_moves_apply(*, moves: Sequence[SandboxMove]) -> list[Outcome]:
     """Apply many moves in one transaction; per move its row or the error that refused it."""
-    with transaction.atomic():
+    with batch_atomic():
         return apply_moves_locked(lock_rows_by_pk({m.sandbox_id for m in moves}), moves)
 
 
@@ -188,7 +197,7 @@ def sandbox_events_record_many(
     the rows (only the fields ``payload`` publishes), ONE raw INSERT of the events, each
     published on commit; per item None, or ``NotFound`` (no such sandbox: nothing written
     for it)."""
-    with transaction.atomic():
+    with batch_atomic():
         ids = {sandbox_id for sandbox_id, _, _, _ in items}
         rows = Sandbox.objects.only(*_PAYLOAD_FIELDS).in_bulk(ids)
         found = [(i, k, at, dict(d or {})) for i, k, at, d in items if i in rows]
@@ -429,7 +438,7 @@ def acquisition_record_many(
     """Write many finished acquisitions (``acquisition_record``'s keyword arguments each):
     open rows (``acquisition_id``) updated with one statement, the others inserted with one
     INSERT; a record whose outcome is not a finished one is refused alone."""
-    with transaction.atomic():
+    with batch_atomic():
         return acquisitions_write(records)
 
 

@@ -19,11 +19,9 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import transaction
-
 from sandboxes import events
 from sandboxes.models import PendingDelete, Sandbox
-from sandboxes.services.batch import apply_moves_locked, lock_rows_by_pk
+from sandboxes.services.batch import apply_moves_locked, batch_atomic, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
 from sandboxes.services.moves import Event, SandboxMove, release_move
 from sandboxes.services.rawinsert import insert_new_rows
@@ -74,7 +72,7 @@ def sandbox_begin_delete_many(
     *, requests: Sequence[DeleteRequest]
 ) -> list[DeleteOrder | None | SandmanError]:
     """Begin many deletes in one transaction; per request its order, None, or its error."""
-    with transaction.atomic():
+    with batch_atomic():
         ids = sorted({r.sandbox_id for r in requests})
         locked = lock_rows_by_pk(ids)
         out: list[DeleteOrder | None | SandmanError] = []
@@ -120,7 +118,7 @@ def pending_delete_confirmed_many(
     """The backend confirmed these names gone: drop their pending rows, end their sandboxes.
 
     Per name the sandbox id that was ended, or None (no row, or already deleted)."""
-    with transaction.atomic():
+    with batch_atomic():
         PendingDelete.objects.filter(name__in=set(names)).delete()
         rows = {
             s.name: s
@@ -204,7 +202,7 @@ def sandbox_release_many(*, requests: Sequence[ReleaseRequest]) -> list[Released
     pending rows in one INSERT. Per request ``(row, order, kept)`` or the error that
     refused it (``release_refusal``; a second release of a sandbox is ``AlreadyReleased``,
     in the same batch too), which writes nothing for it."""
-    with transaction.atomic():
+    with batch_atomic():
         locked = lock_rows_by_pk({r.sandbox_id for r in requests})
         out: list[Released | SandmanError | None] = []
         moves: list[SandboxMove] = []

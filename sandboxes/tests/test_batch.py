@@ -19,6 +19,7 @@ from sandboxes.services.batch import (
     HandOut,
     SandboxRequest,
     acquisition_record_many,
+    sandbox_events_record_many,
     sandbox_hand_out_many,
     sandbox_moves_apply,
     sandbox_request_many,
@@ -400,3 +401,30 @@ def test_a_batch_of_releases_costs_the_same_queries_for_2_or_20_sandboxes(job: J
         lambda: sandbox_release_many(requests=[ReleaseRequest(i, later) for i in small])
     ) == _queries(lambda: sandbox_release_many(requests=[ReleaseRequest(i, later) for i in large]))
     assert PendingDelete.objects.count() == 22
+
+
+def test_a_mixed_batch_that_nobody_refuses_opens_no_savepoint(job: Job) -> None:
+    """Each kind of a batch is one service call; with none raising, the batch is one
+    transaction and nothing else: no SAVEPOINT/RELEASE pair per kind (the batcher's own
+    or the service's)."""
+    a, b = (r.pk for r in sandbox_request_many(requests=_requests(job, 2)))
+
+    def moves(items: list[object]) -> list[object]:
+        return list(sandbox_moves_apply(moves=items))  # type: ignore[arg-type]
+
+    def events_(items: list[object]) -> list[object]:
+        return list(sandbox_events_record_many(items=items))  # type: ignore[arg-type]
+
+    with CaptureQueriesContext(connection) as ctx:
+        out = apply_groups(
+            [
+                (moves, [creating_move(sandbox_id=a, now=T0)]),
+                (events_, [(b, events.WARM, T0, {"late": False})]),
+            ]
+        )
+    assert isinstance(out[moves][0], Sandbox) and out[events_] == [None]
+    sql = [q["sql"].upper() for q in ctx.captured_queries]
+    # Under the test's own transaction the batch's block is the one savepoint.
+    assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql
+    assert Sandbox.objects.get(pk=a).state == "creating"
+    assert SandboxEvent.objects.filter(sandbox_id=b, kind=events.WARM).exists()
