@@ -105,52 +105,67 @@ def acquisition_record(
         )
 
 
-def acquisition_insert(
-    *,
-    job_id: int,
-    role: str,
-    image: str,
-    key_hash: str,
-    outcome: str,
-    started_at: dt.datetime,
-    now: dt.datetime,
-    user_id: int | None = None,
-    sandbox_id: int | None = None,
-    source: str = "",
-    queue_ms: float | None = None,
-    create_ms: float | None = None,
-    wait_ms: float | None = None,
-    detail: str = "",
-    acquisition_id: int | None = None,
-    idempotency_key: str = "",
-) -> Acquisition:
-    """:func:`acquisition_record` inside the caller's open transaction (no savepoint)."""
-    if outcome not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
-        raise InvalidTransition(f"{outcome!r} is not a finished acquisition outcome")
-    acq = Acquisition(
-        pk=acquisition_id,
-        job_id=job_id,
-        user_id=user_id,
-        role=role,
-        image=image,
-        key_hash=key_hash,
-        outcome=outcome,
-        source=source,
-        sandbox_id=sandbox_id,
-        started_at=started_at,
-        finished_at=now,
-        queue_ms=queue_ms,
-        create_ms=create_ms,
-        wait_ms=wait_ms,
-        detail=detail[:2000],
-        idempotency_key=idempotency_key,
-    )
-    if acquisition_id is None:
-        acq.save(force_insert=True)
-    else:  # an open row no longer pending was ended by another controller: kept as it is
-        acquisition_finish_open([acq])
-    acquisition_published(acq, now)
-    return acq
+def acquisition_insert(**fields: Any) -> Acquisition:
+    """:func:`acquisition_record` (its keyword arguments) inside the caller's open
+    transaction (no savepoint): one record of :func:`acquisitions_write`, its refusal
+    raised."""
+    (answer,) = acquisitions_write([fields])
+    if isinstance(answer, InvalidTransition):
+        raise answer
+    return answer
+
+
+def not_finished(outcome: str) -> InvalidTransition | None:
+    """The refusal of an outcome that does not finish a ``pending`` row, or None."""
+    if outcome in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
+        return None
+    return InvalidTransition(f"{outcome!r} is not a finished acquisition outcome")
+
+
+def acquisitions_write(records: Sequence[dict[str, Any]]) -> list[Acquisition | InvalidTransition]:
+    """Write many finished acquisitions (``acquisition_record``'s keyword arguments each) in
+    the caller's open transaction: open rows (``acquisition_id``) updated with one
+    statement, the others inserted with one INSERT; a record whose outcome is not a
+    finished one is refused alone (``not_finished``)."""
+    rows: list[Acquisition] = []
+    out: list[Acquisition | InvalidTransition] = []
+    for r in records:
+        refused = not_finished(r["outcome"])
+        if refused is not None:
+            out.append(refused)
+            continue
+        row = Acquisition(
+            pk=r.get("acquisition_id"),
+            job_id=r["job_id"],
+            user_id=r.get("user_id"),
+            role=r["role"],
+            image=r["image"],
+            key_hash=r["key_hash"],
+            outcome=r["outcome"],
+            source=r.get("source", ""),
+            sandbox_id=r.get("sandbox_id"),
+            started_at=r["started_at"],
+            finished_at=r["now"],
+            queue_ms=r.get("queue_ms"),
+            create_ms=r.get("create_ms"),
+            wait_ms=r.get("wait_ms"),
+            detail=str(r.get("detail", ""))[:2000],
+            idempotency_key=r.get("idempotency_key", ""),
+        )
+        rows.append(row)
+        out.append(row)
+    opened = [row for row in rows if row.pk is not None]  # before the INSERT sets pks
+    if len(opened) < len(rows):
+        Acquisition.objects.bulk_create([row for row in rows if row.pk is None])
+    acquisition_finish_open(opened)
+    for row in rows:
+        acquisition_published(row, _finished_at(row))
+    return out
+
+
+def _finished_at(row: Acquisition) -> dt.datetime:
+    assert row.finished_at is not None  # set from the record's ``now``
+    return row.finished_at
 
 
 def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisition]:

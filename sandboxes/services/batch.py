@@ -37,13 +37,13 @@ from sandboxes import events
 from sandboxes.models import Acquisition, Job, Sandbox, SandboxEvent
 from sandboxes.services._publish import publish_on_commit
 from sandboxes.services.acquisitions import (
-    acquisition_finish_open,
     acquisition_link_sandboxes,
-    acquisition_published,
+    acquisitions_write,
+    not_finished,
 )
 from sandboxes.services.moves import SandboxMove, hand_out_move, plan_move
 from sandboxes.services.sandboxes import new_sandbox_name, payload
-from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome, SandboxState
+from sandboxes.states import SandboxState
 from sandman_site.errors import InvalidTransition, NotFound, SandmanError
 
 Outcome = Sandbox | SandmanError
@@ -136,11 +136,9 @@ def sandbox_hand_out_many(*, items: Sequence[HandOut]) -> list[Outcome]:
     acquisition with an outcome that is not a finished one refuses its hand-out."""
     with batch_atomic():
         out: list[Outcome | None] = [None] * len(items)
-        valid = AcquisitionOutcome.PENDING
         for index, item in enumerate(items):
-            record = item.acquisition
-            if record is not None and record["outcome"] not in ACQUISITION_TRANSITIONS[valid]:
-                out[index] = InvalidTransition(f"{record['outcome']!r} is not a finished outcome")
+            if item.acquisition is not None:
+                out[index] = not_finished(item.acquisition["outcome"])
         todo = [i for i, answer in enumerate(out) if answer is None]
         moves = [items[i].move for i in todo]
         applied = apply_moves_locked(lock_rows_by_pk({m.sandbox_id for m in moves}), moves)
@@ -396,11 +394,6 @@ def insert_events(rows: Sequence[tuple[int, str, dt.datetime, dict[str, Any]]]) 
         cursor.executemany(sql, params)
 
 
-def _finished_at(row: Acquisition) -> dt.datetime:
-    assert row.finished_at is not None  # set from the record's ``now`` above
-    return row.finished_at
-
-
 def _concrete(name: str, model: type[Model] = Sandbox) -> Field[Any, Any]:
     field = model._meta.get_field(name)
     assert isinstance(field, Field) and field.concrete, name
@@ -434,46 +427,9 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
 
 def acquisition_record_many(
     *, records: Sequence[dict[str, Any]]
-) -> list[Acquisition | SandmanError]:
+) -> list[Acquisition | InvalidTransition]:
     """Write many finished acquisitions (``acquisition_record``'s keyword arguments each):
     open rows (``acquisition_id``) updated with one statement, the others inserted with one
     INSERT; a record whose outcome is not a finished one is refused alone."""
     with batch_atomic():
         return acquisitions_write(records)
-
-
-def acquisitions_write(records: Sequence[dict[str, Any]]) -> list[Acquisition | SandmanError]:
-    """:func:`acquisition_record_many` in the caller's open transaction."""
-    rows: list[Acquisition] = []
-    out: list[Acquisition | SandmanError] = []
-    for r in records:
-        if r["outcome"] not in ACQUISITION_TRANSITIONS[AcquisitionOutcome.PENDING]:
-            out.append(InvalidTransition(f"{r['outcome']!r} is not a finished outcome"))
-            continue
-        row = Acquisition(
-            pk=r.get("acquisition_id"),
-            job_id=r["job_id"],
-            user_id=r.get("user_id"),
-            role=r["role"],
-            image=r["image"],
-            key_hash=r["key_hash"],
-            outcome=r["outcome"],
-            source=r.get("source", ""),
-            sandbox_id=r.get("sandbox_id"),
-            started_at=r["started_at"],
-            finished_at=r["now"],
-            queue_ms=r.get("queue_ms"),
-            create_ms=r.get("create_ms"),
-            wait_ms=r.get("wait_ms"),
-            detail=str(r.get("detail", ""))[:2000],
-            idempotency_key=r.get("idempotency_key", ""),
-        )
-        rows.append(row)
-        out.append(row)
-    opened = [row for row in rows if row.pk is not None]  # before the INSERT sets pks
-    if len(opened) < len(rows):
-        Acquisition.objects.bulk_create([row for row in rows if row.pk is None])
-    acquisition_finish_open(opened)
-    for row in rows:
-        acquisition_published(row, _finished_at(row))
-    return out
