@@ -25,7 +25,7 @@ from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.services.rawinsert import insert_new_rows
+from sandboxes.services.rawinsert import execute_rows, insert_new_rows
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome
 from sandman_site.errors import InvalidTransition, NotFound
 
@@ -185,6 +185,12 @@ def acquisition_open_many(*, records: Sequence[dict[str, Any]]) -> list[Acquisit
         )
         for r in records
     ]
+    if len(rows) == 1:
+        # One INSERT statement: atomic on its own, so no BEGIN and COMMIT around it (two
+        # round trips of the three a lone warm acquire's open cost: it runs during the pod's
+        # health check, and the hand-out waits for it).
+        insert_new_rows(Acquisition, rows, with_pks=True)
+        return rows
     with transaction.atomic(savepoint=False):  # a batch service (``batch.batch_atomic``)
         insert_new_rows(Acquisition, rows, with_pks=True)
     return rows
@@ -198,7 +204,7 @@ def _concrete(name: str) -> Field[Any, Any]:
 
 def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
     """Save each row's finished fields over its open ``pending`` row: ONE ``UPDATE``
-    statement sent with ``executemany``. A row no longer ``pending`` is left as it is (its
+    statement (``rawinsert.execute_rows``). A row no longer ``pending`` is left as it is (its
     outcome was written by the controller that came after: never rewritten)."""
     if not rows:
         return
@@ -216,12 +222,12 @@ def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
         for row in rows
     ]
     with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+        execute_rows(cursor, sql, params)
 
 
 def acquisition_link_sandboxes(links: Sequence[tuple[int, int]]) -> None:
     """Name the sandbox of each ``(acquisition id, sandbox id)`` on its still-``pending``
-    row: ONE ``UPDATE`` sent with ``executemany``, in the caller's transaction (the
+    row: ONE ``UPDATE`` (``rawinsert.execute_rows``), in the caller's transaction (the
     hand-out's). A row already ended (by a later controller) is left as it is."""
     if not links:
         return
@@ -233,7 +239,7 @@ def acquisition_link_sandboxes(links: Sequence[tuple[int, int]]) -> None:
     )
     pending = AcquisitionOutcome.PENDING.value
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [[sid, aid, pending] for aid, sid in links])
+        execute_rows(cursor, sql, [[sid, aid, pending] for aid, sid in links])
 
 
 def acquisitions_close_unanswered(

@@ -9,8 +9,8 @@ controller's ``WriteBatcher`` hands what queued up meanwhile to these services i
   waits for its row before it asks the pacer;
 * :func:`sandbox_moves_apply` locks every row of the batch (ONE ``SELECT ... FOR UPDATE``),
   applies each move by the same rules as a single write (``moves.plan_move``), then saves
-  them with ONE ``UPDATE`` statement per set of changed fields (``executemany``) and
-  records their events with ONE bulk INSERT;
+  them with ONE ``UPDATE`` statement per set of changed fields and records their events
+  with ONE multi-row INSERT (``rawinsert``: one round trip each for a lone row);
 * :func:`acquisition_record_many` inserts the finished acquisitions of many acquires.
 
 Invariants a reader must not break: a move that is refused (``InvalidTransition``, or its
@@ -42,6 +42,7 @@ from sandboxes.services.acquisitions import (
     not_finished,
 )
 from sandboxes.services.moves import SandboxMove, hand_out_move, plan_move
+from sandboxes.services.rawinsert import execute_rows, insert_values
 from sandboxes.services.sandboxes import new_sandbox_name, payload
 from sandboxes.states import SandboxState
 from sandman_site.errors import InvalidTransition, NotFound, SandmanError
@@ -222,38 +223,38 @@ def _job_keys(job_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
 
 
 def _insert_sandboxes(rows: Sequence[Sandbox]) -> None:
-    """INSERT new rows with ONE ``executemany``, then read their pks back by name (unique,
-    and new: nobody else holds them). Each value is prepared as ``bulk_create`` would
-    (``pre_save`` for ``auto_now``, then ``get_db_prep_save``); not ``bulk_create`` itself:
-    its compile of a ~40-column INSERT cost more CPU than the insert (a batch runs once per
-    few creates under a burst)."""
+    """INSERT new rows with ONE multi-row INSERT per chunk, their pks back by name (unique,
+    and new: nobody else holds them) from its ``RETURNING`` (where the backend has it; else
+    read back). Each value is prepared as ``bulk_create`` would (``pre_save`` for
+    ``auto_now``, then ``get_db_prep_save``); not ``bulk_create`` itself: its compile of a
+    ~40-column INSERT cost more CPU than the insert (a batch runs once per few creates
+    under a burst)."""
     if not rows:
         return
     connection = _connection()
     meta = Sandbox._meta
     qn = connection.ops.quote_name
     fields = [f for f in meta.concrete_fields if not f.primary_key]
-    sql = (
-        f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))})"
-    )
     params = [
         [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields] for row in rows
     ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
-    pks: dict[str, int] = {}
-    names = [row.name for row in rows]
     name_col, pk_col = qn(_concrete("name").column), qn(meta.pk.column)
-    with connection.cursor() as cursor:
-        for start in range(0, len(names), 500):
-            chunk = names[start : start + 500]
-            cursor.execute(
-                f"SELECT {name_col}, {pk_col} FROM {qn(meta.db_table)} "
-                f"WHERE {name_col} IN ({', '.join(['%s'] * len(chunk))})",
-                chunk,
-            )
-            pks.update(cursor.fetchall())
+    returns = connection.features.can_return_rows_from_bulk_insert
+    returned = insert_values(
+        connection, Sandbox, fields, params, returning=[name_col, pk_col] if returns else None
+    )
+    pks: dict[str, int] = {name: pk for chunk in returned for name, pk in chunk}
+    if not returns:
+        names = [row.name for row in rows]
+        with connection.cursor() as cursor:
+            for start in range(0, len(names), 500):
+                chunk = names[start : start + 500]
+                cursor.execute(
+                    f"SELECT {name_col}, {pk_col} FROM {qn(meta.db_table)} "
+                    f"WHERE {name_col} IN ({', '.join(['%s'] * len(chunk))})",
+                    chunk,
+                )
+                pks.update(cursor.fetchall())
     for row in rows:
         row.pk = pks[row.name]
         row._state.adding = False
@@ -373,25 +374,21 @@ def _connection() -> BaseDatabaseWrapper:
 
 
 def insert_events(rows: Sequence[tuple[int, str, dt.datetime, dict[str, Any]]]) -> None:
-    """Insert ``(sandbox_id, kind, at, detail)`` events with ONE ``executemany`` INSERT.
+    """Insert ``(sandbox_id, kind, at, detail)`` events with ONE multi-row INSERT
+    (``rawinsert.insert_values``).
 
     Not ``bulk_create``: building a model per event and compiling the INSERT cost more CPU
     than the insert itself. Each value is prepared by its field (``get_db_prep_save``), as
     ``bulk_create`` would (a datetime for SQLite, ``detail`` as JSON)."""
     if not rows:
         return
-    meta = SandboxEvent._meta
     fields = [_concrete(name, SandboxEvent) for name in _EVENT_FIELDS]
     connection = _connection()
-    qn = connection.ops.quote_name
-    columns = ", ".join(qn(f.column) for f in fields)
-    sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
     params = [
         [f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)]
         for row in rows
     ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
+    insert_values(connection, SandboxEvent, fields, params)
 
 
 def _concrete(name: str, model: type[Model] = Sandbox) -> Field[Any, Any]:
@@ -402,7 +399,7 @@ def _concrete(name: str, model: type[Model] = Sandbox) -> Field[Any, Any]:
 
 def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
     """Save each row's changed fields: ONE ``UPDATE ... WHERE id = %s`` statement per set of
-    fields, sent with ``executemany`` (moves of one kind change the same fields).
+    fields (moves of one kind change the same fields), ``rawinsert.execute_rows``.
 
     Not ``QuerySet.bulk_update``: its ``CASE WHEN id = ...`` per field and row cost more CPU
     in Django's expression compiler than the writes it saved (profile_after_bulk_update)."""
@@ -422,7 +419,7 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
             for row in members
         ]
         with connection.cursor() as cursor:
-            cursor.executemany(sql, params)
+            execute_rows(cursor, sql, params)
 
 
 def acquisition_record_many(

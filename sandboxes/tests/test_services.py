@@ -284,6 +284,9 @@ def test_a_warm_hand_out_with_its_acquisition_is_one_lock_one_update_and_two_ins
             acquisition=acquisition,
         )
     assert _statements(captured.captured_queries) == ["SELECT", "UPDATE", "INSERT", "INSERT"]
+    # Each sent with one execute: psycopg 3's executemany is a pipeline, a round trip to
+    # send and another to sync, however few its rows (the three events included).
+    assert not [q["sql"] for q in captured.captured_queries if re.match(r"^\d+ times: ", q["sql"])]
     # Only the service's own block, which is a savepoint here under the test's transaction.
     assert _savepoints(captured.captured_queries) <= 1
     box.refresh_from_db()
@@ -292,6 +295,37 @@ def test_a_warm_hand_out_with_its_acquisition_is_one_lock_one_update_and_two_ins
     assert sorted(kinds) == sorted([events.STATE, events.HEALTHY, events.ACQUIRED])
     acq = Acquisition.objects.get(sandbox=box)
     assert (acq.outcome, acq.source, acq.wait_ms) == ("ok", "warm", 1.5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lone_acquisition_open_is_one_insert_with_no_transaction_around_it(job):
+    """A lone warm acquire opens its row while the pod's health check runs, and the
+    hand-out waits for it: one statement is atomic on its own, so no BEGIN and COMMIT
+    (two round trips of three). Two rows are still one transaction."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from sandboxes.services.acquisitions import acquisition_open_many
+
+    record = {
+        "job_id": job.pk,
+        "role": "rollout",
+        "image": "sandman/empty",
+        "key_hash": "k" * 16,
+        "started_at": at(1),
+    }
+    with CaptureQueriesContext(connection) as captured:
+        (opened,) = acquisition_open_many(records=[record])
+    assert [q["sql"].split(None, 1)[0].upper() for q in captured.captured_queries] == ["INSERT"]
+    assert Acquisition.objects.get(pk=opened.pk).outcome == "pending"
+    with CaptureQueriesContext(connection) as captured:
+        two = acquisition_open_many(records=[record, {**record, "started_at": at(2)}])
+    verbs = [q["sql"].split(None, 1)[0].upper() for q in captured.captured_queries]
+    assert verbs == ["BEGIN", "INSERT", "COMMIT"]
+    assert sorted(a.started_at for a in Acquisition.objects.filter(pk__in=[a.pk for a in two])) == [
+        at(1),
+        at(2),
+    ]
 
 
 def test_a_release_and_its_delete_read_the_row_once(job):

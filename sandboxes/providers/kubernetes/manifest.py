@@ -237,6 +237,8 @@ def _node_selector(spec: SandboxSpec, config: KubernetesConfig) -> dict[str, str
         job_selector=dict(spec.node_selector),
     )
     return selector or None
+
+
 def _startup_mounts(spec: SandboxSpec) -> list[Any]:
     if not spec.startup_script:
         return []
