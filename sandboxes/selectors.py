@@ -16,11 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import (
     Count,
     DurationField,
     ExpressionWrapper,
     F,
+    JSONField,
     OuterRef,
     Q,
     QuerySet,
@@ -207,13 +209,32 @@ def idempotent_answer(*, route: str, scope: int, key: str) -> dict[str, Any] | N
     """The recorded answer of an earlier call with this ``Idempotency-Key``, or None.
 
     A recorded acquire gets its token back from the sandbox row (records never hold one).
-    """
-    row = IdempotentCall.objects.filter(route=route, scope=scope, key=key).first()
-    if row is None:
+    ONE raw statement (the token joined): every keyed acquire and release reads this first,
+    on a web worker's request thread, and the ORM's compile of the two reads cost ~4x
+    their execution (~590 us of CPU against ~140 for the raw read, PostgreSQL)."""
+    call, box = IdempotentCall._meta, Sandbox._meta
+    qn = connection.ops.quote_name
+
+    def col(meta: Any, name: str) -> str:
+        return qn(meta.get_field(name).column)
+
+    sql = (
+        f"SELECT c.{col(call, 'answer')}, c.{col(call, 'sandbox_id')}, s.{col(box, 'token')} "
+        f"FROM {qn(call.db_table)} c LEFT JOIN {qn(box.db_table)} s "
+        f"ON s.{qn(box.pk.column)} = c.{col(call, 'sandbox_id')} "
+        f"WHERE c.{col(call, 'route')} = %s AND c.{col(call, 'scope')} = %s "
+        f"AND c.{col(call, 'key')} = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [route, scope, key])
+        found = cursor.fetchone()  # at most one: (route, scope, key) is unique
+    if found is None:
         return None
-    answer = dict(row.answer)
-    if route == "acquire" and row.sandbox_id is not None:
-        token = Sandbox.objects.filter(pk=row.sandbox_id).values_list("token", flat=True).first()
+    stored, sandbox_id, token = found
+    field = IdempotentCall._meta.get_field("answer")
+    assert isinstance(field, JSONField)
+    answer = dict(field.from_db_value(stored, field.get_col(call.db_table), connection) or {})
+    if route == "acquire" and sandbox_id is not None:
         answer["token"] = token or ""
     return answer
 

@@ -5,9 +5,10 @@ A client that lost the answer (a keep-alive connection the server closed, a prox
 cut the socket) cannot know whether a sandbox was handed out; it resends with the same
 key. Per (route, scope, key):
 
-* a recorded answer is replayed (``selectors.idempotent_answer``; an acquire's token
-  comes from the sandbox row, records hold none);
 * while the first call still runs in this process, the retry waits for ITS answer;
+* otherwise a recorded answer is replayed (``selectors.idempotent_answer``; an acquire's
+  token comes from the sandbox row, records hold none), read in the same request-thread
+  hop as the acquire's restart recovery (``before``);
 * otherwise the call runs once, shielded from the request's cancellation (a client that
   disconnects must not leave a sandbox handed out with no record), and its answer is
   recorded before anyone gets it -- unless the database is lost between the call's commit
@@ -66,43 +67,39 @@ async def run_once(
     route: str,
     scope: int,
     key: str,
-    call: Callable[[], Awaitable[dict[str, Any]]],
+    call: Callable[[Any], Awaitable[dict[str, Any]]],
     sandbox_of: Callable[[dict[str, Any]], int | None],
+    before: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
-    """``call``'s answer, run at most once per key (see the module docstring)."""
+    """``call``'s answer, run at most once per key (see the module docstring).
+
+    ``before`` (an acquire's restart recovery: a read, and a claim if it finds one) runs
+    in the SAME request-thread hop as the recorded answer's read, only if nothing is
+    recorded; ``call`` gets its result (None without one). One hop fewer per keyed call: each
+    ``sync_to_async`` is a hand-off to the worker's one request thread and back."""
     slot = (route, scope, key)
-    running = _running.get(slot)
-    if running is not None:
-        return await asyncio.wrap_future(running)
-    recorded = await sync_to_async(selectors.idempotent_answer)(route=route, scope=scope, key=key)
-    if recorded is not None:
-        return recorded
-    with _running_lock:  # another request may have started while we read
+    with _running_lock:
         running = _running.get(slot)
         if running is None:
             mine: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
             _running[slot] = mine
-    if running is not None:
+    if running is not None:  # the first call with this key still runs here: its answer
         return await asyncio.wrap_future(running)
+
+    def read() -> tuple[dict[str, Any] | None, Any]:
+        recorded = selectors.idempotent_answer(route=route, scope=scope, key=key)
+        if recorded is not None or before is None:
+            return recorded, None
+        return None, before()
 
     async def once() -> dict[str, Any]:
         try:
-            answer = await call()
-            public = {k: v for k, v in answer.items() if k != "token"}
-            try:
-                await sync_to_async(idempotent_call_record)(
-                    route=route,
-                    scope=scope,
-                    key=key,
-                    answer=public,
-                    sandbox_id=sandbox_of(answer),
-                    now=timezone.now(),
-                )
-            except OUTAGE_ERRORS:
-                # The call committed (a sandbox is handed out): a 503 would say nothing
-                # changed. The answer goes out unrecorded; only a retry of an answer the
-                # client did get could then run again.
-                log.warning("%s %s: answer not recorded, database lost", route, scope)
+            recorded, prior = await sync_to_async(read)()
+            if recorded is not None:
+                answer = recorded
+            else:
+                answer = await call(prior)
+                await _record(route, scope, key, answer, sandbox_of(answer))
         except BaseException as exc:
             mine.set_exception(exc)
             raise
@@ -114,3 +111,23 @@ async def run_once(
                 _running.pop(slot, None)
 
     return await asyncio.shield(asyncio.ensure_future(once()))
+
+
+async def _record(
+    route: str, scope: int, key: str, answer: dict[str, Any], sandbox_id: int | None
+) -> None:
+    public = {k: v for k, v in answer.items() if k != "token"}
+    try:
+        await sync_to_async(idempotent_call_record)(
+            route=route,
+            scope=scope,
+            key=key,
+            answer=public,
+            sandbox_id=sandbox_id,
+            now=timezone.now(),
+        )
+    except OUTAGE_ERRORS:
+        # The call committed (a sandbox is handed out): a 503 would say nothing changed.
+        # The answer goes out unrecorded; only a retry of an answer the client did get
+        # could then run again.
+        log.warning("%s %s: answer not recorded, database lost", route, scope)

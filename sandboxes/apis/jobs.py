@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import models
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -351,16 +350,13 @@ async def acquire_answer(
     With a key, the call runs once per key (``idempotency.run_once``), and an earlier call
     whose answer a restart cut gets that call's sandbox (``acquisition_recover``)."""
 
-    async def acquire() -> dict[str, Any]:
-        if key is not None:
-            # An earlier call with this key may hold a sandbox whose answer a restart cut
-            # (sandboxes.services.recovery): that one, never a second.
-            recovered = await sync_to_async(acquisition_recover)(
-                job_id=job_id, key=key, now=timezone.now()
-            )
-            if recovered is not None:
-                access.remember_sandbox(sandbox_id=recovered.sandbox_id, job_id=job_id)
-                return _recovered_answer(recovered)
+    async def acquire(recovered: Recovered | None = None) -> dict[str, Any]:
+        # With a key, an earlier call may hold a sandbox whose answer a restart cut
+        # (sandboxes.services.recovery, read with the recorded answer): that one, never
+        # a second.
+        if recovered is not None:
+            access.remember_sandbox(sandbox_id=recovered.sandbox_id, job_id=job_id)
+            return _recovered_answer(recovered)
         result = await controller().aacquire(
             job_id=job_id, user_id=user_id, idempotency_key=key or "", **fields
         )
@@ -375,6 +371,7 @@ async def acquire_answer(
         key=key,
         call=acquire,
         sandbox_of=lambda a: int(a["sandbox_id"]),
+        before=lambda: acquisition_recover(job_id=job_id, key=key, now=timezone.now()),
     )
 
 

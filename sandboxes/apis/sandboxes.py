@@ -191,7 +191,7 @@ async def release_answer(
     """The release's answer body, keyed or not (a retried key is a no-op): the view's and
     the ASGI fast path's."""
 
-    async def release() -> dict[str, Any]:
+    async def release(_prior: None = None) -> dict[str, Any]:
         await controller().arelease(
             sandbox_id=sandbox_id,
             verdict=outcome.get("verdict"),

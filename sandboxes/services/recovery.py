@@ -25,8 +25,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db import connection, transaction
+from django.db.models import Exists, Field, OuterRef, QuerySet
 
 from sandboxes import events
 from sandboxes.models import Acquisition, Sandbox
@@ -77,6 +77,28 @@ def _claim_locked(
     )
 
 
+def _handed_out_with(*, job_id: int, key: str) -> bool:
+    """Whether a finished acquisition of ``job_id`` with this key names a sandbox: the
+    filter below as ONE raw ``SELECT ... LIMIT 1`` (every keyed acquire asks it on a web
+    worker's request thread; the ORM's compile of the ``exists()`` cost ~4x the read)."""
+    meta = Acquisition._meta
+    qn = connection.ops.quote_name
+
+    def col(name: str) -> str:
+        field = meta.get_field(name)
+        assert isinstance(field, Field)
+        return qn(field.column)
+
+    sql = (
+        f"SELECT 1 FROM {qn(meta.db_table)} WHERE {col('job')} = %s "
+        f"AND {col('idempotency_key')} = %s AND {col('sandbox')} IS NOT NULL "
+        f"AND {col('outcome')} <> %s LIMIT 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [job_id, key, AcquisitionOutcome.PENDING.value])
+        return cursor.fetchone() is not None
+
+
 def acquisition_recover(*, job_id: int, key: str, now: dt.datetime) -> Recovered | None:
     """The in-use sandbox handed to the latest acquire of ``job_id`` with this key, or None.
 
@@ -85,15 +107,15 @@ def acquisition_recover(*, job_id: int, key: str, now: dt.datetime) -> Recovered
     the earlier one ended ``service_restarted``), never a second sandbox."""
     if not key:
         return None
+    # A key's first call (every call but a resend) has no such row: one plain raw read, no
+    # transaction; only a row found is read again under the sandbox's lock.
+    if not _handed_out_with(job_id=job_id, key=key):
+        return None
     handed = (
         Acquisition.objects.filter(job_id=job_id, idempotency_key=key, sandbox_id__isnull=False)
         .exclude(outcome=AcquisitionOutcome.PENDING)
         .order_by("-pk")
     )
-    # A key's first call (every call but a resend) has no such row: one plain read, no
-    # transaction; only a row found is read again under the sandbox's lock.
-    if not handed.exists():
-        return None
     with transaction.atomic():
         earlier = handed.first()
         if earlier is None or earlier.sandbox_id is None:

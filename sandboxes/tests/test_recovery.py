@@ -9,8 +9,10 @@ the sandbox on it in the same transaction, then the next controller's start endi
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from sandboxes import events
@@ -207,3 +209,45 @@ def test_a_keys_first_call_costs_one_plain_read_and_a_resend_still_recovers() ->
     assert statements == ["SELECT"]  # no SAVEPOINT (a transaction) around it
     recovered = acquisition_recover(job_id=job.pk, key="k-cut", now=timezone.now())
     assert recovered is not None and recovered.sandbox_id == sandbox.pk
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_keyed_calls_record_read_and_its_recovery_share_one_request_thread_hop(
+    monkeypatch,
+) -> None:
+    """A keyed acquire reads its recorded answer and asks for recovery in ONE hand-off to
+    the request thread (each is a thread hop and back on a web worker), the call gets the
+    recovery's result; a resend replays the record with neither running again."""
+    from sandboxes.apis import idempotency
+
+    hops: list[str] = []
+    real = idempotency.sync_to_async
+
+    def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn.__name__)
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(idempotency, "sync_to_async", counting)
+    ran: list[str] = []
+
+    def before() -> str:
+        ran.append("before")
+        return "recovered?"
+
+    async def call(prior: str) -> dict[str, Any]:
+        ran.append(prior)
+        return {"sandbox_id": 41, "name": "sm-x"}
+
+    kwargs = {"route": "acquire", "scope": 7, "key": "k-hop", "sandbox_of": lambda a: 41}
+    try:
+        answer = await idempotency.run_once(call=call, before=before, **kwargs)
+        assert ran == ["before", "recovered?"]
+        assert hops == ["read", "idempotent_call_record"]
+        ran.clear()
+        hops.clear()
+        again = await idempotency.run_once(call=call, before=before, **kwargs)
+        assert again == {**answer, "token": ""}  # sandbox 41 has no row: no token to give
+        assert ran == [] and hops == ["read"]
+    finally:  # asgiref's shared thread ran the reads: its connection goes (PostgreSQL)
+        await real(connections.close_all)()

@@ -352,6 +352,35 @@ def test_a_release_and_its_delete_read_the_row_once(job):
     assert PendingDelete.objects.filter(name=box.name).count() == 1
 
 
+def test_a_recorded_acquire_is_read_back_in_one_statement_with_its_sandboxs_token(job):
+    """Every keyed acquire and release reads its record first: one statement, the token
+    joined from the sandbox row (records hold none); a release's answer gets no token."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from sandboxes.selectors import idempotent_answer
+    from sandboxes.services.idempotency import idempotent_call_record
+
+    box = requested(job)
+    box.refresh_from_db()
+    assert box.token
+    first = {"sandbox_id": box.pk, "name": box.name}
+    idempotent_call_record(
+        route="acquire", scope=job.pk, key="k", answer=first, sandbox_id=box.pk, now=at(1)
+    )
+    idempotent_call_record(
+        route="release", scope=box.pk, key="k", answer={"released": True}, sandbox_id=box.pk,
+        now=at(1),
+    )  # fmt: skip
+    with CaptureQueriesContext(connection) as captured:
+        got = idempotent_answer(route="acquire", scope=job.pk, key="k")
+    assert got == {**first, "token": box.token}
+    assert _statements(captured.captured_queries) == ["SELECT"]
+    assert idempotent_answer(route="release", scope=box.pk, key="k") == {"released": True}
+    assert idempotent_answer(route="acquire", scope=job.pk, key="other") is None
+    assert idempotent_answer(route="acquire", scope=job.pk + 1, key="k") is None
+
+
 def test_an_idempotent_record_is_one_statement_and_the_first_answer_wins(job):
     """Every keyed acquire and release records its answer: one INSERT, no transaction;
     a second record for the same key (a racing retry) gets the first answer back."""
