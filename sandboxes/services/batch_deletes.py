@@ -24,7 +24,7 @@ from sandboxes.models import PendingDelete, Sandbox
 from sandboxes.services.batch import apply_moves_locked, batch_atomic, lock_rows_by_pk
 from sandboxes.services.deletes import DeleteOrder, pending_order
 from sandboxes.services.moves import Event, SandboxMove, release_move
-from sandboxes.services.rawinsert import insert_new_rows
+from sandboxes.services.rawinsert import insert_new_rows_skipping
 from sandboxes.services.sandboxes import release_refusal
 from sandboxes.states import SANDBOX_TRANSITIONS, Role, SandboxState
 from sandman_site.errors import AlreadyReleased, NotFound, SandmanError
@@ -157,13 +157,13 @@ def _pending_orders(
     locked: dict[int, Sandbox], requests: Sequence[DeleteRequest]
 ) -> dict[int, DeleteOrder]:
     """The order of each request's sandbox (by sandbox id): its ``PendingDelete`` row, kept
-    if one exists, else inserted (all new rows in ONE INSERT), in the caller's transaction."""
-    names = {locked[r.sandbox_id].name for r in requests}
-    existing = {p.name: p for p in PendingDelete.objects.filter(name__in=names)} if names else {}
+    if one exists, else inserted, in the caller's transaction. The new rows go in ONE
+    INSERT that skips a name already pending (``insert_new_rows_skipping``); only the
+    names it skipped (a delete begun again: rare) are read back."""
     fresh: dict[str, PendingDelete] = {}
     for r in requests:
         row = locked[r.sandbox_id]
-        if row.name in existing or row.name in fresh:
+        if row.name in fresh:
             continue
         fresh[row.name] = PendingDelete(
             name=row.name,
@@ -176,9 +176,12 @@ def _pending_orders(
             created_at=r.now,
             next_attempt_at=r.now,
         )
-    insert_new_rows(PendingDelete, list(fresh.values()))  # pks are not needed here
-    existing.update(fresh)
-    return {r.sandbox_id: pending_order(existing[locked[r.sandbox_id].name]) for r in requests}
+    inserted = insert_new_rows_skipping(PendingDelete, list(fresh.values()), unique="name")
+    kept = set(fresh) - inserted
+    pending = {name: fresh[name] for name in inserted}
+    if kept:
+        pending.update({p.name: p for p in PendingDelete.objects.filter(name__in=kept)})
+    return {r.sandbox_id: pending_order(pending[locked[r.sandbox_id].name]) for r in requests}
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,7 @@ def insert_new_rows(model: type[Model], rows: Sequence[Model], *, with_pks: bool
     if with_pks and not connection.features.can_return_rows_from_bulk_insert:
         model._default_manager.bulk_create(list(rows))
         return
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    params = [[f.get_db_prep_save(f.pre_save(r, True), connection) for f in fields] for r in rows]
+    fields, params = _prepared(connection, model, rows)
     pk_col = connection.ops.quote_name(model._meta.pk.column)
     returned = insert_values(
         connection, model, fields, params, returning=[pk_col] if with_pks else None
@@ -61,6 +60,34 @@ def insert_new_rows(model: type[Model], rows: Sequence[Model], *, with_pks: bool
     assert start == len(rows), (start, len(rows))
 
 
+def insert_new_rows_skipping(model: type[Model], rows: Sequence[Model], *, unique: str) -> set[Any]:
+    """INSERT ``rows`` (all new) of ``model`` but those whose ``unique`` field already has
+    a row with their value (``ON CONFLICT (...) DO NOTHING``, PostgreSQL and SQLite 3.24+);
+    the values of ``unique`` that were inserted (``RETURNING``). One statement per chunk
+    where a read of the rows that exist, then an INSERT of the others, was two (and the
+    ORM's compile of the read)."""
+    if not rows:
+        return set()
+    connection = connections[DEFAULT_DB_ALIAS]
+    field = model._meta.get_field(unique)
+    assert isinstance(field, Field) and field.unique, unique
+    column = connection.ops.quote_name(field.column)
+    fields, params = _prepared(connection, model, rows)
+    returned = insert_values(
+        connection, model, fields, params, returning=[column], skip_conflicts_on=column
+    )
+    return {value for chunk in returned for (value,) in chunk}
+
+
+def _prepared(
+    connection: BaseDatabaseWrapper, model: type[Model], rows: Sequence[Model]
+) -> tuple[list[Field[Any, Any]], list[list[Any]]]:
+    """The non-pk columns and each row's values, prepared as ``bulk_create`` would."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    params = [[f.get_db_prep_save(f.pre_save(r, True), connection) for f in fields] for r in rows]
+    return fields, params
+
+
 def insert_values(
     connection: BaseDatabaseWrapper,
     model: type[Model],
@@ -68,18 +95,22 @@ def insert_values(
     params: Sequence[Sequence[Any]],
     *,
     returning: Sequence[str] | None = None,
+    skip_conflicts_on: str | None = None,
 ) -> list[list[tuple[Any, ...]]]:
     """INSERT prepared value rows (one per row, in ``fields``' order) into ``model``'s
     table: ONE multi-row ``VALUES`` statement per chunk (as many rows as the backend takes
     parameters for: ``ops.bulk_batch_size``, at most 100). With ``returning`` (quoted column
-    names) each chunk's ``RETURNING`` rows, one list per chunk, in chunk order."""
+    names) each chunk's ``RETURNING`` rows, one list per chunk, in chunk order; with
+    ``skip_conflicts_on`` (a quoted unique column) a row whose value is taken is skipped
+    and returns nothing."""
     if not params:
         return []
     qn = connection.ops.quote_name
     head = f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)})"
     one = f"({', '.join(['%s'] * len(fields))})"
     per = max(1, min(_CHUNK_ROWS, connection.ops.bulk_batch_size(list(fields), list(params))))
-    tail = f" RETURNING {', '.join(returning)}" if returning else ""
+    tail = f" ON CONFLICT ({skip_conflicts_on}) DO NOTHING" if skip_conflicts_on else ""
+    tail += f" RETURNING {', '.join(returning)}" if returning else ""
     out: list[list[tuple[Any, ...]]] = []
     with connection.cursor() as cursor:
         for start in range(0, len(params), per):

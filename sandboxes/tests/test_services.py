@@ -182,6 +182,11 @@ def test_a_failed_delete_backs_off_from_one_to_thirty_seconds_and_keeps_the_erro
     assert pending.next_attempt_at == at(10 + 30)
     assert [delete_backoff_s(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
     assert SandboxEvent.objects.filter(sandbox=sandbox, kind=events.DELETE_FAILED).count() == 7
+    # A delete begun again keeps its pending row (attempts, reason), whose order it gets.
+    again = sandbox_begin_delete(sandbox_id=sandbox.pk, reason="again", now=at(11))
+    assert again is not None and again.attempts == 7
+    kept = PendingDelete.objects.get(name=sandbox.name)
+    assert (kept.reason, kept.attempts, kept.created_at) == ("released", 7, at(5))
 
 
 def test_a_confirmed_delete_ends_the_row_and_drops_the_pending_delete(job):
@@ -346,6 +351,9 @@ def test_a_release_and_its_delete_read_the_row_once(job):
         q for q in captured.captured_queries if "sandboxes_sandbox" in q["sql"].split("FROM")[-1]
     ]
     assert _statements(reads).count("SELECT") == 1
+    # The lock, the row's one UPDATE, its events, its pending delete (an INSERT that skips
+    # a name already pending: no read of PendingDelete first).
+    assert _statements(captured.captured_queries) == ["SELECT", "UPDATE", "INSERT", "INSERT"]
     assert order is not None and order.name == box.name and kept is False
     box.refresh_from_db()
     assert box.state == "deleting" and box.released_at == at(4)
