@@ -12,8 +12,9 @@ counts, leaks and the load average; beside it, the CPU of the drain that follows
 sandbox (``drain_cpu_ms_per_sandbox``: every delete's write, DELETE and confirmation; not
 part of the per-create figure).
 
-Results: ``bench/results/cpu_per_create.json``.
-Usage: ``python bench/cpu_per_create.py [--baseline REV] [--steps 600] [--rate 50] [--rounds 2]``
+Results: ``bench/results/cpu_per_create.json`` (``--out``).
+Usage: ``python bench/cpu_per_create.py [--baseline REV] [--steps 600] [--rate 50] [--rounds 2]
+[--out FILE]``
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--nodes", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS / "cpu_per_create.json")
     args = parser.parse_args()
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
@@ -112,8 +114,8 @@ def main() -> None:
         "summary": summary,
         "runs": runs,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cpu_per_create.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary))
 
 
