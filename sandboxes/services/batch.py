@@ -42,7 +42,7 @@ from sandboxes.services.acquisitions import (
     not_finished,
 )
 from sandboxes.services.moves import SandboxMove, hand_out_move, plan_move
-from sandboxes.services.rawinsert import execute_rows, insert_values
+from sandboxes.services.rawinsert import execute_rows, insert_values, prepared_values
 from sandboxes.services.sandboxes import new_sandbox_name, payload
 from sandboxes.states import SandboxState
 from sandman_site.errors import InvalidTransition, NotFound, SandmanError
@@ -234,10 +234,7 @@ def _insert_sandboxes(rows: Sequence[Sandbox]) -> None:
     connection = _connection()
     meta = Sandbox._meta
     qn = connection.ops.quote_name
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    params = [
-        [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields] for row in rows
-    ]
+    fields, params = prepared_values(connection, Sandbox, rows)
     name_col, pk_col = qn(_concrete("name").column), qn(meta.pk.column)
     returns = connection.features.can_return_rows_from_bulk_insert
     returned = insert_values(

@@ -10,7 +10,8 @@ and another to sync, however few rows there are (the wait loop's samples dominat
 warm hand-out's batch). So new rows go as ONE multi-row ``INSERT ... VALUES (..), (..)``
 per chunk (one ``execute``, one round trip), and an ``UPDATE`` with one parameter row is
 one ``execute``; ``executemany`` stays for an ``UPDATE`` of many rows (one statement each,
-two round trips in all).
+two round trips in all). On SQLite (in-process, no round trips) the two measured the
+same (``bench/results/cpu_per_create_roundtrips.json``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def insert_new_rows(model: type[Model], rows: Sequence[Model], *, with_pks: bool
     if with_pks and not connection.features.can_return_rows_from_bulk_insert:
         model._default_manager.bulk_create(list(rows))
         return
-    fields, params = _prepared(connection, model, rows)
+    fields, params = prepared_values(connection, model, rows)
     pk_col = connection.ops.quote_name(model._meta.pk.column)
     returned = insert_values(
         connection, model, fields, params, returning=[pk_col] if with_pks else None
@@ -71,15 +72,22 @@ def insert_new_rows_skipping(model: type[Model], rows: Sequence[Model], *, uniqu
     connection = connections[DEFAULT_DB_ALIAS]
     field = model._meta.get_field(unique)
     assert isinstance(field, Field) and field.unique, unique
+    if not connection.features.can_return_rows_from_bulk_insert:  # e.g. SQLite < 3.35
+        values = [getattr(r, field.attname) for r in rows]
+        manager = model._default_manager
+        taken = set(manager.filter(**{f"{unique}__in": values}).values_list(unique, flat=True))
+        fresh = [r for r in rows if getattr(r, field.attname) not in taken]
+        insert_new_rows(model, fresh)
+        return {getattr(r, field.attname) for r in fresh}
     column = connection.ops.quote_name(field.column)
-    fields, params = _prepared(connection, model, rows)
+    fields, params = prepared_values(connection, model, rows)
     returned = insert_values(
         connection, model, fields, params, returning=[column], skip_conflicts_on=column
     )
     return {value for chunk in returned for (value,) in chunk}
 
 
-def _prepared(
+def prepared_values(
     connection: BaseDatabaseWrapper, model: type[Model], rows: Sequence[Model]
 ) -> tuple[list[Field[Any, Any]], list[list[Any]]]:
     """The non-pk columns and each row's values, prepared as ``bulk_create`` would."""

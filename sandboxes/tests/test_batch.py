@@ -432,3 +432,30 @@ def test_a_mixed_batch_that_nobody_refuses_opens_no_savepoint(job: Job) -> None:
     assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql
     assert Sandbox.objects.get(pk=a).state == "creating"
     assert SandboxEvent.objects.filter(sandbox_id=b, kind=events.WARM).exists()
+
+
+def test_without_insert_returning_new_rows_still_get_their_ids_and_pending_rows_are_kept(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend that cannot return rows from a multi-row INSERT (SQLite before 3.35): new
+    sandboxes' pks are read back by name, and a delete begun again keeps its pending row
+    (read, then only the other rows inserted)."""
+    monkeypatch.setattr(type(connection.features), "can_return_rows_from_bulk_insert", False)
+    made = sandbox_request_many(requests=_requests(job, 3))
+    for row in made:
+        assert Sandbox.objects.get(pk=row.pk).name == row.name
+    ids = [row.pk for row in made]
+    _create_path(ids)
+    (first,) = sandbox_begin_delete_many(
+        requests=[DeleteRequest(sandbox_id=ids[0], reason="drained", now=T0)]
+    )
+    again, other = sandbox_begin_delete_many(
+        requests=[
+            DeleteRequest(sandbox_id=ids[0], reason="again", now=T0),
+            DeleteRequest(sandbox_id=ids[1], reason="drained", now=T0),
+        ]
+    )
+    assert first is not None and again == first
+    assert other is not None and other.sandbox_id == ids[1]
+    assert PendingDelete.objects.get(name=made[0].name).reason == "drained"
+    assert PendingDelete.objects.count() == 2
