@@ -9,8 +9,10 @@ key. Per (route, scope, key):
 * otherwise a recorded answer is replayed (``selectors.idempotent_answer``; an acquire's
   token comes from the sandbox row, records hold none), read in the same request-thread
   hop as the acquire's restart recovery (``before``);
-* otherwise the call runs once, shielded from the request's cancellation (a client that
-  disconnects must not leave a sandbox handed out with no record), and its answer is
+* otherwise the call runs once, shielded from the request's cancellation from the read
+  on (a client that disconnects must not leave a sandbox handed out with no record, nor a
+  key whose waiters never hear; one that leaves during the read still gets its call run
+  and recorded, for its resend), and its answer is
   recorded before anyone gets it -- unless the database is lost between the call's commit
   and the record: then the answer goes out unrecorded (never a 503 for a sandbox that was
   handed out).
