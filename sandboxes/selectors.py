@@ -39,6 +39,7 @@ from sandboxes.models import (
     SandboxEvent,
     SubnetSample,
 )
+from sandboxes.services.rawinsert import quoted_column
 from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandman_site.errors import NotFound
 
@@ -215,15 +216,14 @@ def idempotent_answer(*, route: str, scope: int, key: str) -> dict[str, Any] | N
     call, box = IdempotentCall._meta, Sandbox._meta
     qn = connection.ops.quote_name
 
-    def col(meta: Any, name: str) -> str:
-        return qn(meta.get_field(name).column)
+    def col(name: str) -> str:
+        return quoted_column(IdempotentCall, name)
 
     sql = (
-        f"SELECT c.{col(call, 'answer')}, c.{col(call, 'sandbox_id')}, s.{col(box, 'token')} "
+        f"SELECT c.{col('answer')}, c.{col('sandbox_id')}, s.{quoted_column(Sandbox, 'token')} "
         f"FROM {qn(call.db_table)} c LEFT JOIN {qn(box.db_table)} s "
-        f"ON s.{qn(box.pk.column)} = c.{col(call, 'sandbox_id')} "
-        f"WHERE c.{col(call, 'route')} = %s AND c.{col(call, 'scope')} = %s "
-        f"AND c.{col(call, 'key')} = %s"
+        f"ON s.{qn(box.pk.column)} = c.{col('sandbox_id')} "
+        f"WHERE c.{col('route')} = %s AND c.{col('scope')} = %s AND c.{col('key')} = %s"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [route, scope, key])
@@ -231,7 +231,7 @@ def idempotent_answer(*, route: str, scope: int, key: str) -> dict[str, Any] | N
     if found is None:
         return None
     stored, sandbox_id, token = found
-    field = IdempotentCall._meta.get_field("answer")
+    field = call.get_field("answer")
     assert isinstance(field, JSONField)
     answer = dict(field.from_db_value(stored, field.get_col(call.db_table), connection) or {})
     if route == "acquire" and sandbox_id is not None:

@@ -139,3 +139,11 @@ def execute_rows(cursor: CursorWrapper, sql: str, params: Sequence[Sequence[Any]
         cursor.execute(sql, params[0])
     elif params:
         cursor.executemany(sql, params)
+
+
+def quoted_column(model: type[Model], name: str) -> str:
+    """The quoted column of ``model``'s concrete field ``name``, for raw SQL on the
+    default database."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field) and field.concrete, name
+    return connections[DEFAULT_DB_ALIAS].ops.quote_name(field.column)

@@ -26,13 +26,14 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import Exists, Field, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from sandboxes import events
 from sandboxes.models import Acquisition, Sandbox
 from sandboxes.services.acquisitions import SERVICE_RESTARTED, acquisition_insert
 from sandboxes.services.batch_deletes import sandbox_begin_delete
 from sandboxes.services.deletes import DeleteOrder
+from sandboxes.services.rawinsert import quoted_column
 from sandboxes.states import AcquisitionOutcome, SandboxState
 
 UNCLAIMED_AFTER_RESTART = events.UNCLAIMED
@@ -81,16 +82,13 @@ def _handed_out_with(*, job_id: int, key: str) -> bool:
     """Whether a finished acquisition of ``job_id`` with this key names a sandbox: the
     filter below as ONE raw ``SELECT ... LIMIT 1`` (every keyed acquire asks it on a web
     worker's request thread; the ORM's compile of the ``exists()`` cost ~4x the read)."""
-    meta = Acquisition._meta
-    qn = connection.ops.quote_name
 
     def col(name: str) -> str:
-        field = meta.get_field(name)
-        assert isinstance(field, Field)
-        return qn(field.column)
+        return quoted_column(Acquisition, name)
 
+    table = connection.ops.quote_name(Acquisition._meta.db_table)
     sql = (
-        f"SELECT 1 FROM {qn(meta.db_table)} WHERE {col('job')} = %s "
+        f"SELECT 1 FROM {table} WHERE {col('job')} = %s "
         f"AND {col('idempotency_key')} = %s AND {col('sandbox')} IS NOT NULL "
         f"AND {col('outcome')} <> %s LIMIT 1"
     )
