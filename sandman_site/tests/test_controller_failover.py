@@ -48,6 +48,7 @@ from sandman_site.tests.test_failover import (
     replica_env,
 )
 from standin import StandinCluster
+from standin.gates import GateContext
 from standin.harness.support import NS, other_tenant_pod, wait_until
 from standin.kubeconfig import write_kubeconfig
 
@@ -148,25 +149,33 @@ def test_run_controller_releases_its_lease_on_sigterm_and_the_standby_listens_on
 
 def test_a_sigterm_while_the_new_holder_reconciles_still_ends_in_an_orderly_release(rig):
     """SIGTERM after the Lease is taken but before the controller started (its reconcile's
-    first list of the sandbox pods is held by the stand-in): the process lets the start
+    list of the sandbox pods is held by the stand-in): the process lets the start
     finish, then stops it and releases the Lease, and exits 0 -- rather than leave a
     holder whose socket never listens until the kubelet's SIGKILL and the Lease expires."""
     cluster: StandinCluster = rig["cluster"]
     cluster.put_pod(SERVICE_NS, other_tenant_pod("controller-c", labels={"app": "sandman"}))
-    reconcile_held = cluster.gates.add(
-        "list_received", lambda ctx: ctx.kind == "pods" and ctx.namespace == NS
-    )
+
+    # The provider's start lists Sandman's pods twice, in two threads, with the same query:
+    # the pod informer's list and the reconcile's. Either may reach the stand-in first, so
+    # both are held (a gate holds one call): holding one alone let the reconcile end before
+    # the signal whenever the informer's list came first.
+    def pod_list(ctx: GateContext) -> bool:
+        return ctx.kind == "pods" and ctx.namespace == NS
+
+    lists_held = [cluster.gates.add("list_received", pod_list) for _ in range(2)]
     c = ControllerProcess(
         "controller-c", {**replica_env("controller-c", rig["kubeconfig"]), **LONG_LEASE}, rig["tmp"]
     )
     rig["processes"].append(c)
-    reconcile_held.wait_reached(120)
+    for held in lists_held:
+        held.wait_reached(120)
     assert lease_holder(cluster) == c.identity and not c.listening.is_set()
     c.proc.send_signal(signal.SIGTERM)
     wait_until(  # the stop is taken while the start is under way (not after it ended)
         lambda: "its controller is starting: waiting" in c.output(), what="the stop to wait"
     )
-    reconcile_held.release()
+    for held in lists_held:
+        held.release()
     assert c.proc.wait(timeout=120) == 0, c.output()
     holders = [
         w["lease"]["spec"]["holderIdentity"] for w in cluster.lease_writes(SERVICE_NS, LEASE_NAME)
