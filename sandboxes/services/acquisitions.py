@@ -20,12 +20,12 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.services.rawinsert import execute_rows, insert_new_rows
+from sandboxes.services.rawinsert import insert_new_rows, update_rows
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome
 from sandman_site.errors import InvalidTransition, NotFound
 
@@ -202,44 +202,37 @@ def _concrete(name: str) -> Field[Any, Any]:
     return field
 
 
+def _pending_row() -> list[Field[Any, Any]]:
+    """The keys of an update of a still-``pending`` row: its pk, then its outcome."""
+    return [Acquisition._meta.pk, _concrete("outcome")]
+
+
 def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
     """Save each row's finished fields over its open ``pending`` row: ONE ``UPDATE``
-    statement (``rawinsert.execute_rows``). A row no longer ``pending`` is left as it is (its
+    statement (``rawinsert.update_rows``). A row no longer ``pending`` is left as it is (its
     outcome was written by the controller that came after: never rewritten)."""
     if not rows:
         return
-    meta = Acquisition._meta
-    qn = connection.ops.quote_name
     fields = [_concrete(name) for name in _FINISH_FIELDS]
-    assignments = ", ".join(f"{qn(f.column)} = %s" for f in fields)
-    sql = (
-        f"UPDATE {qn(meta.db_table)} SET {assignments} "
-        f"WHERE {qn(meta.pk.column)} = %s AND {qn('outcome')} = %s"
-    )
     params = [
         [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
         + [row.pk, AcquisitionOutcome.PENDING.value]
         for row in rows
     ]
-    with connection.cursor() as cursor:
-        execute_rows(cursor, sql, params)
+    update_rows(connections[DEFAULT_DB_ALIAS], Acquisition, fields, _pending_row(), params)
 
 
 def acquisition_link_sandboxes(links: Sequence[tuple[int, int]]) -> None:
     """Name the sandbox of each ``(acquisition id, sandbox id)`` on its still-``pending``
-    row: ONE ``UPDATE`` (``rawinsert.execute_rows``), in the caller's transaction (the
+    row: ONE ``UPDATE`` (``rawinsert.update_rows``), in the caller's transaction (the
     hand-out's). A row already ended (by a later controller) is left as it is."""
     if not links:
         return
-    meta = Acquisition._meta
-    qn = connection.ops.quote_name
-    sql = (
-        f"UPDATE {qn(meta.db_table)} SET {qn(_concrete('sandbox').column)} = %s "
-        f"WHERE {qn(meta.pk.column)} = %s AND {qn('outcome')} = %s"
-    )
     pending = AcquisitionOutcome.PENDING.value
-    with connection.cursor() as cursor:
-        execute_rows(cursor, sql, [[sid, aid, pending] for aid, sid in links])
+    params = [[sid, aid, pending] for aid, sid in links]
+    update_rows(
+        connections[DEFAULT_DB_ALIAS], Acquisition, [_concrete("sandbox")], _pending_row(), params
+    )
 
 
 def acquisitions_close_unanswered(

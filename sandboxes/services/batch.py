@@ -42,7 +42,7 @@ from sandboxes.services.acquisitions import (
     not_finished,
 )
 from sandboxes.services.moves import SandboxMove, hand_out_move, plan_move
-from sandboxes.services.rawinsert import execute_rows, insert_values, prepared_values
+from sandboxes.services.rawinsert import insert_values, member_of, prepared_values, update_rows
 from sandboxes.services.sandboxes import new_sandbox_name, payload
 from sandboxes.states import SandboxState
 from sandman_site.errors import InvalidTransition, NotFound, SandmanError
@@ -213,12 +213,9 @@ def _job_keys(job_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
     meta = Job._meta
     qn = connection.ops.quote_name
     columns = ", ".join(qn(_concrete(n, Job).column) for n in ("id", "egress", "execd_key"))
+    where, params = member_of(connection, qn(meta.pk.column), ids)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns} FROM {qn(meta.db_table)} "
-            f"WHERE {qn(meta.pk.column)} IN ({', '.join(['%s'] * len(ids))})",
-            ids,
-        )
+        cursor.execute(f"SELECT {columns} FROM {qn(meta.db_table)} WHERE {where}", params)
         return {pk: (egress, key) for pk, egress, key in cursor.fetchall()}
 
 
@@ -245,11 +242,9 @@ def _insert_sandboxes(rows: Sequence[Sandbox]) -> None:
         names = [row.name for row in rows]
         with connection.cursor() as cursor:
             for start in range(0, len(names), 500):
-                chunk = names[start : start + 500]
+                where, params = member_of(connection, name_col, names[start : start + 500])
                 cursor.execute(
-                    f"SELECT {name_col}, {pk_col} FROM {qn(meta.db_table)} "
-                    f"WHERE {name_col} IN ({', '.join(['%s'] * len(chunk))})",
-                    chunk,
+                    f"SELECT {name_col}, {pk_col} FROM {qn(meta.db_table)} WHERE {where}", params
                 )
                 pks.update(cursor.fetchall())
     for row in rows:
@@ -272,11 +267,12 @@ def lock_rows_by_pk(ids: Iterable[int]) -> dict[int, Sandbox]:
     connection = _connection()
     reader = _row_reader(connection)
     pk = connection.ops.quote_name(Sandbox._meta.pk.column)
-    sql = f"{reader.select} WHERE {pk} IN ({', '.join(['%s'] * len(ordered))}) ORDER BY {pk}"
+    where, params = member_of(connection, pk, ordered)
+    sql = f"{reader.select} WHERE {where} ORDER BY {pk}"
     if connection.features.has_select_for_update:
         sql += " FOR UPDATE"
     with connection.cursor() as cursor:
-        cursor.execute(sql, ordered)
+        cursor.execute(sql, params)
         fetched = cursor.fetchall()
     out: dict[int, Sandbox] = {}
     for raw in fetched:
@@ -396,7 +392,7 @@ def _concrete(name: str, model: type[Model] = Sandbox) -> Field[Any, Any]:
 
 def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
     """Save each row's changed fields: ONE ``UPDATE ... WHERE id = %s`` statement per set of
-    fields (moves of one kind change the same fields), ``rawinsert.execute_rows``.
+    fields (moves of one kind change the same fields), ``rawinsert.update_rows``.
 
     Not ``QuerySet.bulk_update``: its ``CASE WHEN id = ...`` per field and row cost more CPU
     in Django's expression compiler than the writes it saved (profile_after_bulk_update)."""
@@ -405,18 +401,14 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
         groups.setdefault(fields, []).append(row)
     meta = Sandbox._meta
     connection = _connection()
-    qn = connection.ops.quote_name
     for fields, members in groups.items():
         model_fields = [_concrete(name) for name in sorted(fields)]
-        assignments = ", ".join(f"{qn(f.column)} = %s" for f in model_fields)
-        sql = f"UPDATE {qn(meta.db_table)} SET {assignments} WHERE {qn(meta.pk.column)} = %s"
         params = [
             [f.get_db_prep_save(getattr(row, f.attname), connection) for f in model_fields]
             + [row.pk]
             for row in members
         ]
-        with connection.cursor() as cursor:
-            execute_rows(cursor, sql, params)
+        update_rows(connection, Sandbox, model_fields, [meta.pk], params)
 
 
 def acquisition_record_many(

@@ -25,6 +25,10 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model
 
 _CHUNK_ROWS = 100  # rows per multi-row INSERT at most (fewer where the backend says so)
+_UNNEST_CHUNK_ROWS = 1000  # rows per UNNEST insert (its parameters: one array per column)
+# (alias, the fields' ids) -> each field's array cast, or None: the fields are the
+# models' own, alive as long as the process.
+_ARRAY_CASTS: dict[tuple[str, tuple[int, ...]], tuple[str, ...] | None] = {}
 
 
 def insert_new_rows(model: type[Model], rows: Sequence[Model], *, with_pks: bool = False) -> None:
@@ -116,20 +120,123 @@ def insert_values(
     qn = connection.ops.quote_name
     head = f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)})"
     one = f"({', '.join(['%s'] * len(fields))})"
-    per = max(1, min(_CHUNK_ROWS, connection.ops.bulk_batch_size(list(fields), list(params))))
     tail = f" ON CONFLICT ({skip_conflicts_on}) DO NOTHING" if skip_conflicts_on else ""
     tail += f" RETURNING {', '.join(returning)}" if returning else ""
+    casts = array_casts(connection, fields) if len(params) > 1 else None
+    if casts is not None:
+        per, unnest = _UNNEST_CHUNK_ROWS, f"{head} SELECT * FROM UNNEST({', '.join(casts)}){tail}"
+    else:
+        per = max(1, min(_CHUNK_ROWS, connection.ops.bulk_batch_size(list(fields), list(params))))
     out: list[list[tuple[Any, ...]]] = []
     with connection.cursor() as cursor:
         for start in range(0, len(params), per):
             chunk = params[start : start + per]
-            cursor.execute(
-                f"{head} VALUES {', '.join([one] * len(chunk))}{tail}",
-                [value for row in chunk for value in row],
-            )
+            if casts is not None and len(chunk) > 1:
+                cursor.execute(unnest, [list(column) for column in zip(*chunk, strict=True)])
+            else:
+                cursor.execute(
+                    f"{head} VALUES {', '.join([one] * len(chunk))}{tail}",
+                    [value for row in chunk for value in row],
+                )
             if returning:
                 out.append([tuple(r) for r in cursor.fetchall()])
     return out
+
+
+def array_casts(
+    connection: BaseDatabaseWrapper, fields: Sequence[Field[Any, Any]]
+) -> tuple[str, ...] | None:
+    """PostgreSQL: one ``(%s)::<type>[]`` placeholder per field, for a statement that takes
+    each column as ONE array (``UNNEST``); None where that does not apply (another
+    backend, or a field Django's own ``bulk_create`` would not unnest either).
+
+    Why: psycopg parses a statement's text into its placeholders in Python, and caches the
+    parse only for a text of at most 50 parameters (``MAX_CACHED_STATEMENT_PARAMS``). A
+    multi-row ``VALUES`` of a few events, or of one sandbox row more, is past that, so it
+    was parsed again at every batch: a third of the database executor's samples in a
+    600-create burst on PostgreSQL. The ``UNNEST`` text is the same for any number of
+    rows, and its parameters are one per column. The rule is Django 5.2's
+    (``postgresql/compiler.py``, ``SQLInsertCompiler.assemble_as_sql``): no field with
+    its own placeholder (``BinaryField``), only the backend's standard types, and the
+    type's parameters dropped (``varchar[]``, not ``varchar(48)[]``, so nothing is
+    truncated)."""
+    if connection.vendor != "postgresql":
+        return None
+    key = (connection.alias, tuple(id(f) for f in fields))
+    try:
+        return _ARRAY_CASTS[key]
+    except KeyError:
+        casts = _ARRAY_CASTS[key] = _casts(connection, fields)
+        return casts
+
+
+def _casts(
+    connection: BaseDatabaseWrapper, fields: Sequence[Field[Any, Any]]
+) -> tuple[str, ...] | None:
+    out = []
+    for field in fields:
+        target = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
+        if hasattr(field, "get_placeholder"):
+            return None
+        if target.get_internal_type() not in connection.data_types:
+            return None
+        db_type = field.db_type(connection)
+        if not db_type:
+            return None
+        out.append(f"(%s)::{db_type.split('(')[0]}[]")
+    return tuple(out)
+
+
+def update_rows(
+    connection: BaseDatabaseWrapper,
+    model: type[Model],
+    fields: Sequence[Field[Any, Any]],
+    keys: Sequence[Field[Any, Any]],
+    params: Sequence[Sequence[Any]],
+) -> None:
+    """``UPDATE`` ``model``'s rows: each parameter row is the new values of ``fields``, then
+    the values of ``keys`` that select its row (equality on each; prepared values).
+
+    PostgreSQL, more than one row: ONE ``UPDATE ... FROM UNNEST(...)`` (each column one
+    array: one round trip, and one statement text for any number of rows, see
+    :func:`array_casts`), where ``executemany`` was a statement per row in a pipeline's two
+    round trips. Else one ``UPDATE ... WHERE key = %s`` per row (:func:`execute_rows`).
+    A key must select one row per parameter row (the callers' keys hold a pk)."""
+    if not params:
+        return
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    casts = array_casts(connection, [*fields, *keys]) if len(params) > 1 else None
+    with connection.cursor() as cursor:
+        if casts is None:
+            assignments = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+            where = " AND ".join(f"{qn(k.column)} = %s" for k in keys)
+            execute_rows(cursor, f"UPDATE {table} SET {assignments} WHERE {where}", params)
+            return
+        values = [f"v{i}" for i in range(len(fields))]
+        matches = [f"k{i}" for i in range(len(keys))]
+        assignments = ", ".join(
+            f"{qn(f.column)} = v.{n}" for f, n in zip(fields, values, strict=True)
+        )
+        where = " AND ".join(
+            f"{table}.{qn(k.column)} = v.{n}" for k, n in zip(keys, matches, strict=True)
+        )
+        cursor.execute(
+            f"UPDATE {table} SET {assignments} FROM UNNEST({', '.join(casts)}) "
+            f"AS v({', '.join(values + matches)}) WHERE {where}",
+            [list(column) for column in zip(*params, strict=True)],
+        )
+
+
+def member_of(
+    connection: BaseDatabaseWrapper, column: str, values: Sequence[Any]
+) -> tuple[str, list[Any]]:
+    """``column`` (quoted) is one of ``values`` (non-empty): the SQL condition and its
+    parameters. PostgreSQL: ``= ANY(%s)``, one text and one parameter for any count (see
+    :func:`array_casts`); else ``IN (%s, ...)``."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s)", [list(values)]
+    return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
 
 
 def execute_rows(cursor: CursorWrapper, sql: str, params: Sequence[Sequence[Any]]) -> None:

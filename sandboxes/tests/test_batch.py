@@ -115,6 +115,46 @@ def test_a_batch_of_rows_and_moves_costs_the_same_queries_for_2_or_20_sandboxes(
     ]
 
 
+def _statements(fn: object) -> list[tuple[str, int]]:
+    """Each statement's text as the driver gets it (placeholders, not values) and its
+    number of parameters."""
+    sent: list[tuple[str, int]] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append((sql, len(params or ()) if not many else -1))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        fn()  # type: ignore[operator]
+    return sent
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="psycopg's statement cache (PostgreSQL only)"
+)
+def test_a_batch_sends_the_same_statement_texts_for_2_or_20_sandboxes(job: Job) -> None:
+    """psycopg parses a statement's text into its placeholders in Python and caches the
+    parse only for texts of at most ``MAX_CACHED_STATEMENT_PARAMS`` (50) parameters: a
+    multi-row VALUES of a batch's rows was parsed anew every batch (a third of the
+    database executor's samples in a 600-create burst). Each column is one array now
+    (UNNEST, ``= ANY``), so the texts are the same for any number of rows and short."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_PARAMS
+
+    def path(n: int) -> list[tuple[str, int]]:
+        made: list[int] = []
+
+        def requests() -> None:
+            made.extend(r.pk for r in sandbox_request_many(requests=_requests(job, n)))
+
+        sent = _statements(requests)
+        return sent + _statements(lambda: _create_path(made))
+
+    small, large = path(2), path(20)
+    assert [sql for sql, _ in small] == [sql for sql, _ in large]
+    assert all(0 <= count <= MAX_CACHED_STATEMENT_PARAMS for _, count in large), large
+    assert any("UNNEST(" in sql for sql, _ in large)
+
+
 def test_a_refused_move_raises_alone_and_the_rest_of_its_batch_commits(job: Job) -> None:
     a, b = (r.pk for r in sandbox_request_many(requests=_requests(job, 2)))
     out = sandbox_moves_apply(
@@ -240,11 +280,15 @@ def test_acquisitions_opened_in_one_raw_insert_get_their_own_ids(job: Job) -> No
     with CaptureQueriesContext(connection) as queries:
         rows = acquisition_open_many(records=records)
     inserts = [q for q in queries.captured_queries if q["sql"].startswith("INSERT")]
-    # 100 rows per statement at most, fewer where the backend takes fewer parameters
-    # (SQLite: 999 // columns, as bulk_create chunks).
-    fields = [f for f in Acquisition._meta.concrete_fields if not f.primary_key]
-    per = min(100, connection.ops.bulk_batch_size(fields, records))
-    assert len(inserts) == -(-250 // per) > 1
+    if connection.vendor == "postgresql":
+        # One UNNEST statement, each column one array (rawinsert.array_casts).
+        assert len(inserts) == 1 and " SELECT * FROM UNNEST(" in inserts[0]["sql"]
+    else:
+        # 100 rows per statement at most, fewer where the backend takes fewer parameters
+        # (SQLite: 999 // columns, as bulk_create chunks).
+        fields = [f for f in Acquisition._meta.concrete_fields if not f.primary_key]
+        per = min(100, connection.ops.bulk_batch_size(fields, records))
+        assert len(inserts) == -(-250 // per) > 1
     assert len({r.pk for r in rows}) == 250 and all(r.pk for r in rows)
     stored = {a.pk: a for a in Acquisition.objects.filter(job=job)}
     for i, row in enumerate(rows):
