@@ -31,7 +31,6 @@ from django.db import InterfaceError, OperationalError
 
 from sandboxes import events
 from sandboxes.addresses import AddressFloorReached
-from sandboxes.controller import queries
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.creates import CreateRunner
 from sandboxes.controller.deletes import Deleter
@@ -144,7 +143,7 @@ class Acquirer:
         started_at = state.now()
         rt = self._runtimes.cached(req.job_id)
         if rt is None:
-            info = await self._tasks.db_now(queries.job_info, req.job_id)
+            info = await self._runtimes.first_info(req.job_id)
             if info is None:
                 raise NotFound(f"job {req.job_id} does not exist")
             if info.state != JobState.ACTIVE:

@@ -2,7 +2,7 @@
 
 Rule a reader must not break: one :class:`JobRuntime` per job and process. Concurrent
 first uses of a job share one load (the second awaits the first's future), so two pools
-never keep books for the same job.
+never keep books for the same job; and one read of its row (:meth:`Runtimes.first_info`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,26 @@ class Runtimes:
         self._state = state
         self._tasks = tasks
         self._loading: dict[int, asyncio.Future[JobRuntime]] = {}
+        self._reading: dict[int, asyncio.Task[JobInfo | None]] = {}
 
     def cached(self, job_id: int) -> JobRuntime | None:
         """The job's books if this process holds them already (no database read)."""
         return self._state.runtimes.get(job_id)
+
+    async def first_info(self, job_id: int) -> JobInfo | None:
+        """The job's row for a first use (no books yet), read ONCE for every caller that
+        asks while the read is under way: a burst's acquires of a new job all arrive before
+        the first read returns, and each read its own (600 reads of one row in a 600-acquire
+        burst). The read is the controller's own task (urgent: callers wait), so a caller
+        that leaves does not cancel it for the others; a later caller reads again."""
+        task = self._reading.get(job_id)
+        if task is None:
+            task = self._tasks.spawn(
+                self._tasks.db_now(queries.job_info, job_id), name=f"job-info-{job_id}"
+            )
+            self._reading[job_id] = task
+            task.add_done_callback(lambda _: self._reading.pop(job_id, None))
+        return await asyncio.shield(task)
 
     def all(self) -> list[JobRuntime]:
         """A snapshot of every job's books."""

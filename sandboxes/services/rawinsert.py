@@ -12,6 +12,12 @@ per chunk (one ``execute``, one round trip), and an ``UPDATE`` with one paramete
 one ``execute``; ``executemany`` stays for an ``UPDATE`` of many rows (one statement each,
 two round trips in all). On SQLite (in-process, no round trips) the two measured the
 same (``bench/results/cpu_per_create_roundtrips.json``).
+
+Statement texts on PostgreSQL: psycopg parses each text into its placeholders in Python,
+and caches that parse only for texts of at most 50 parameters. So there, more than one
+row goes as each column ONE array (``INSERT ... SELECT * FROM UNNEST(...)``, ``UPDATE ...
+FROM UNNEST(...)``, ``= ANY(%s)``; :func:`array_casts`): one text for any number of rows,
+parsed once per process.
 """
 
 from __future__ import annotations

@@ -349,3 +349,35 @@ def test_max_creating_holds_extra_creates_until_a_creating_slot_frees(
     rows = Sandbox.objects.filter(job=job)
     assert sorted(rows.values_list("state", flat=True)) == ["ready", "ready"]
     assert all(process_alive(pid_of(sandbox_root, r.name)) for r in rows)
+
+
+def test_a_burst_of_first_acquires_of_a_job_reads_its_row_once(controller, monkeypatch):
+    """Acquires of a job this controller holds no books for read its row (job_info) to
+    check it takes acquires. Started in one go on the controller's loop (as a burst's calls
+    land), all of them reach that read before the first answer can: they share it, and
+    each still refuses by what it says (here: draining)."""
+    from sandboxes.controller import queries
+
+    job = make_job()
+    Job.objects.filter(pk=job.pk).update(state="draining")
+    reads: list[int] = []
+    real = queries.job_info
+
+    def counted(job_id: int):
+        reads.append(job_id)
+        return real(job_id)
+
+    monkeypatch.setattr(queries, "job_info", counted)
+
+    async def burst() -> list[object]:
+        calls = [controller.aacquire(**acquire_args(job)) for _ in range(6)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    answers = asyncio.run_coroutine_threadsafe(burst(), controller.loop).result(60)
+    assert [type(a) for a in answers] == [JobNotActive] * 6, answers
+    assert reads == [job.pk]
+    # A later first use reads again (the shared read ended with its callers).
+    with pytest.raises(JobNotActive):
+        controller.acquire(**acquire_args(job))
+    assert reads == [job.pk, job.pk]
+    assert not Sandbox.objects.filter(job=job).exists()
