@@ -263,7 +263,10 @@ async def run(
     args: argparse.Namespace, base: str, token: str, out: dict[str, Any], pids: list[int]
 ) -> None:
     headers = {"Authorization": f"Token {token}"}
-    connector = aiohttp.TCPConnector(limit=args.clients * 2)
+    # A kept-alive connection is dropped by the client before the server's keep-alive
+    # timeout (uvicorn's 5 s, Daphne's longer) can close it: aiohttp's default (15 s)
+    # let a POST go out on a connection the server was closing (a reset, not retried).
+    connector = aiohttp.TCPConnector(limit=args.clients * 2, keepalive_timeout=2.0)
     async with aiohttp.ClientSession(base, headers=headers, connector=connector) as session:
 
         async def healthy() -> bool:
