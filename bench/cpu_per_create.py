@@ -14,7 +14,7 @@ part of the per-create figure).
 
 Results: ``bench/results/cpu_per_create.json`` (``--out``).
 Usage: ``python bench/cpu_per_create.py [--baseline REV] [--steps 600] [--rate 50] [--rounds 2]
-[--out FILE]``
+[--out FILE]`` (under ``scripts/with_postgres.py --`` for PostgreSQL)
 """
 
 from __future__ import annotations
@@ -102,7 +102,13 @@ def main() -> None:
         "server": "none (controller in process, no HTTP front); stand-in out of process",
         "settings": {
             "DJANGO_SETTINGS_MODULE": "sandman_site.settings.test",
-            "database": "sqlite",
+            # scale_ramp's database: DATABASE_URL's (scripts/with_postgres.py) or a temp
+            # SQLite file. On PostgreSQL the server's own CPU is not in the figures.
+            "database": (
+                "postgresql"
+                if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+                else "sqlite"
+            ),
             "SANDMAN_K8S_VERIFY_HEALTH": "false",
         },  # fmt: skip
         "machine": {
