@@ -9,9 +9,9 @@ Round trips: psycopg 3's ``executemany`` is a pipeline, one round trip to send t
 and another to sync, however few rows there are (the wait loop's samples dominated a lone
 warm hand-out's batch). So new rows go as ONE multi-row ``INSERT ... VALUES (..), (..)``
 per chunk (one ``execute``, one round trip), and an ``UPDATE`` with one parameter row is
-one ``execute``; ``executemany`` stays for an ``UPDATE`` of many rows (one statement each,
-two round trips in all). On SQLite (in-process, no round trips) the two measured the
-same (``bench/results/cpu_per_create_roundtrips.json``).
+one ``execute``; ``executemany`` stays for an ``UPDATE`` of many rows elsewhere than on
+PostgreSQL (one statement each, two round trips in all). On SQLite (in-process, no round
+trips) the two measured the same (``bench/results/cpu_per_create_roundtrips.json``).
 
 Statement texts on PostgreSQL: psycopg parses each text into its placeholders in Python,
 and caches that parse only for texts of at most 50 parameters. So there, more than one
@@ -158,7 +158,7 @@ def array_casts(
 
     Why: psycopg parses a statement's text into its placeholders in Python, and caches the
     parse only for a text of at most 50 parameters (``MAX_CACHED_STATEMENT_PARAMS``). A
-    multi-row ``VALUES`` of a few events, or of one sandbox row more, is past that, so it
+    multi-row ``VALUES`` of 13 events, or of two sandbox rows, is past that, so it
     was parsed again at every batch: a third of the database executor's samples in a
     600-create burst on PostgreSQL. The ``UNNEST`` text is the same for any number of
     rows, and its parameters are one per column. The rule is Django 5.2's
