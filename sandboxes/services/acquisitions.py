@@ -25,7 +25,7 @@ from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.services.rawinsert import insert_new_rows, update_rows
+from sandboxes.services.rawinsert import Statements, insert_new_rows, update_rows
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome
 from sandman_site.errors import InvalidTransition, NotFound
 
@@ -122,11 +122,14 @@ def not_finished(outcome: str) -> InvalidTransition | None:
     return InvalidTransition(f"{outcome!r} is not a finished acquisition outcome")
 
 
-def acquisitions_write(records: Sequence[dict[str, Any]]) -> list[Acquisition | InvalidTransition]:
+def acquisitions_write(
+    records: Sequence[dict[str, Any]], *, into: Statements | None = None
+) -> list[Acquisition | InvalidTransition]:
     """Write many finished acquisitions (``acquisition_record``'s keyword arguments each) in
     the caller's open transaction: open rows (``acquisition_id``) updated with one
-    statement, the others inserted with one INSERT; a record whose outcome is not a
-    finished one is refused alone (``not_finished``)."""
+    statement (added to ``into`` if given: sent with the caller's other writes), the others
+    inserted with one INSERT; a record whose outcome is not a finished one is refused alone
+    (``not_finished``)."""
     rows: list[Acquisition] = []
     out: list[Acquisition | InvalidTransition] = []
     for r in records:
@@ -157,7 +160,7 @@ def acquisitions_write(records: Sequence[dict[str, Any]]) -> list[Acquisition | 
     opened = [row for row in rows if row.pk is not None]  # before the INSERT sets pks
     if len(opened) < len(rows):
         Acquisition.objects.bulk_create([row for row in rows if row.pk is None])
-    acquisition_finish_open(opened)
+    acquisition_finish_open(opened, into=into)
     for row in rows:
         acquisition_published(row, _finished_at(row))
     return out
@@ -207,7 +210,7 @@ def _pending_row() -> list[Field[Any, Any]]:
     return [Acquisition._meta.pk, _concrete("outcome")]
 
 
-def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
+def acquisition_finish_open(rows: Sequence[Acquisition], *, into: Statements | None = None) -> None:
     """Save each row's finished fields over its open ``pending`` row: ONE ``UPDATE``
     statement (``rawinsert.update_rows``). A row no longer ``pending`` is left as it is (its
     outcome was written by the controller that came after: never rewritten)."""
@@ -219,10 +222,14 @@ def acquisition_finish_open(rows: Sequence[Acquisition]) -> None:
         + [row.pk, AcquisitionOutcome.PENDING.value]
         for row in rows
     ]
-    update_rows(connections[DEFAULT_DB_ALIAS], Acquisition, fields, _pending_row(), params)
+    update_rows(
+        connections[DEFAULT_DB_ALIAS], Acquisition, fields, _pending_row(), params, into=into
+    )
 
 
-def acquisition_link_sandboxes(links: Sequence[tuple[int, int]]) -> None:
+def acquisition_link_sandboxes(
+    links: Sequence[tuple[int, int]], *, into: Statements | None = None
+) -> None:
     """Name the sandbox of each ``(acquisition id, sandbox id)`` on its still-``pending``
     row: ONE ``UPDATE`` (``rawinsert.update_rows``), in the caller's transaction (the
     hand-out's). A row already ended (by a later controller) is left as it is."""
@@ -231,7 +238,12 @@ def acquisition_link_sandboxes(links: Sequence[tuple[int, int]]) -> None:
     pending = AcquisitionOutcome.PENDING.value
     params = [[sid, aid, pending] for aid, sid in links]
     update_rows(
-        connections[DEFAULT_DB_ALIAS], Acquisition, [_concrete("sandbox")], _pending_row(), params
+        connections[DEFAULT_DB_ALIAS],
+        Acquisition,
+        [_concrete("sandbox")],
+        _pending_row(),
+        params,
+        into=into,
     )
 
 

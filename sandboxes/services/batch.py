@@ -42,7 +42,13 @@ from sandboxes.services.acquisitions import (
     not_finished,
 )
 from sandboxes.services.moves import SandboxMove, hand_out_move, plan_move
-from sandboxes.services.rawinsert import insert_values, member_of, prepared_values, update_rows
+from sandboxes.services.rawinsert import (
+    Statements,
+    insert_values,
+    member_of,
+    prepared_values,
+    update_rows,
+)
 from sandboxes.services.sandboxes import new_sandbox_name, payload
 from sandboxes.states import SandboxState
 from sandman_site.errors import InvalidTransition, NotFound, SandmanError
@@ -142,7 +148,9 @@ def sandbox_hand_out_many(*, items: Sequence[HandOut]) -> list[Outcome]:
                 out[index] = not_finished(item.acquisition["outcome"])
         todo = [i for i, answer in enumerate(out) if answer is None]
         moves = [items[i].move for i in todo]
-        applied = apply_moves_locked(lock_rows_by_pk({m.sandbox_id for m in moves}), moves)
+        writes = Statements(_connection())  # the moves' and acquisitions' writes: one send
+        locked = lock_rows_by_pk({m.sandbox_id for m in moves})
+        applied = apply_moves_locked(locked, moves, into=writes)
         records: list[dict[str, Any]] = []
         for index, answer in zip(todo, applied, strict=True):
             out[index] = answer
@@ -151,7 +159,8 @@ def sandbox_hand_out_many(*, items: Sequence[HandOut]) -> list[Outcome]:
                 source = move.fields.get("source", "")
                 records.append({**record, "sandbox_id": move.sandbox_id, "source": source})
                 records[-1]["now"] = move.now
-        acquisitions_write(records)
+        acquisitions_write(records, into=writes)
+        writes.send()
     return [answer for answer in out if answer is not None]
 
 
@@ -319,8 +328,12 @@ def _row_reader(connection: BaseDatabaseWrapper) -> _RowReader:
     return reader
 
 
-def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove]) -> list[Outcome]:
-    """:func:`sandbox_moves_apply` on rows the caller locked in ITS open transaction."""
+def apply_moves_locked(
+    locked: dict[int, Sandbox], moves: Sequence[SandboxMove], *, into: Statements | None = None
+) -> list[Outcome]:
+    """:func:`sandbox_moves_apply` on rows the caller locked in ITS open transaction. Its
+    writes (the rows, the acquisitions' links, the events) go as one send
+    (``rawinsert.Statements``); with ``into``, they are added there for the caller's."""
     stamp = timezone.now()
     dirty: dict[int, Sandbox] = {}
     changed: dict[int, set[str]] = {}
@@ -348,9 +361,12 @@ def apply_moves_locked(locked: dict[int, Sandbox], moves: Sequence[SandboxMove])
         if move.acquisition_id is not None:
             links.append((move.acquisition_id, row.pk))
         out.append(row)
-    _save_many([(row, frozenset(changed[pk])) for pk, row in dirty.items()])
-    acquisition_link_sandboxes(links)
-    insert_events(recorded)
+    writes = into if into is not None else Statements(_connection())
+    _save_many([(row, frozenset(changed[pk])) for pk, row in dirty.items()], writes)
+    acquisition_link_sandboxes(links, into=writes)
+    insert_events(recorded, into=writes)
+    if into is None:
+        writes.send()
     for message in messages:
         publish_on_commit("sandbox.state", message)
     return out
@@ -366,13 +382,16 @@ def _connection() -> BaseDatabaseWrapper:
     return connections[DEFAULT_DB_ALIAS]
 
 
-def insert_events(rows: Sequence[tuple[int, str, dt.datetime, dict[str, Any]]]) -> None:
+def insert_events(
+    rows: Sequence[tuple[int, str, dt.datetime, dict[str, Any]]], *, into: Statements | None = None
+) -> None:
     """Insert ``(sandbox_id, kind, at, detail)`` events with ONE multi-row INSERT
     (``rawinsert.insert_values``).
 
     Not ``bulk_create``: building a model per event and compiling the INSERT cost more CPU
     than the insert itself. Each value is prepared by its field (``get_db_prep_save``), as
-    ``bulk_create`` would (a datetime for SQLite, ``detail`` as JSON)."""
+    ``bulk_create`` would (a datetime for SQLite, ``detail`` as JSON). ``into``: the
+    INSERT is added there (``rawinsert.Statements``)."""
     if not rows:
         return
     fields = [_concrete(name, SandboxEvent) for name in _EVENT_FIELDS]
@@ -381,7 +400,7 @@ def insert_events(rows: Sequence[tuple[int, str, dt.datetime, dict[str, Any]]]) 
         [f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)]
         for row in rows
     ]
-    insert_values(connection, SandboxEvent, fields, params)
+    insert_values(connection, SandboxEvent, fields, params, into=into)
 
 
 def _concrete(name: str, model: type[Model] = Sandbox) -> Field[Any, Any]:
@@ -390,7 +409,7 @@ def _concrete(name: str, model: type[Model] = Sandbox) -> Field[Any, Any]:
     return field
 
 
-def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
+def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]], into: Statements) -> None:
     """Save each row's changed fields: ONE ``UPDATE ... WHERE id = %s`` statement per set of
     fields (moves of one kind change the same fields), ``rawinsert.update_rows``.
 
@@ -408,7 +427,7 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]]) -> None:
             + [row.pk]
             for row in members
         ]
-        update_rows(connection, Sandbox, model_fields, [meta.pk], params)
+        update_rows(connection, Sandbox, model_fields, [meta.pk], params, into=into)
 
 
 def acquisition_record_many(

@@ -17,7 +17,8 @@ Statement texts on PostgreSQL: psycopg parses each text into its placeholders in
 and caches that parse only for texts of at most 50 parameters. So there, more than one
 row goes as each column ONE array (``INSERT ... SELECT * FROM UNNEST(...)``, ``UPDATE ...
 FROM UNNEST(...)``, ``= ANY(%s)``; :func:`array_casts`): one text for any number of rows,
-parsed once per process.
+parsed once per process. And there the writes of one service call that nobody reads
+back go as ONE execute (:class:`Statements`), one round trip for them all.
 """
 
 from __future__ import annotations
@@ -35,6 +36,50 @@ _UNNEST_CHUNK_ROWS = 1000  # rows per UNNEST insert (its parameters: one array p
 # (alias, the fields' ids) -> each field's array cast, or None: the fields are the
 # models' own, alive as long as the process.
 _ARRAY_CASTS: dict[tuple[str, tuple[int, ...]], tuple[str, ...] | None] = {}
+
+
+class Statements:
+    """Writes whose answers nobody reads, sent together at :meth:`send`.
+
+    PostgreSQL: ONE ``execute`` of the statements joined by ``;`` -- one round trip where
+    each was its own. Django's PostgreSQL cursor binds parameters on the client (psycopg's
+    ``ClientCursor``), which sends them as one simple query; the server runs them in
+    order, in the caller's transaction, and the first that fails raises at :meth:`send`
+    (the rest do not run). Elsewhere (SQLite: in process, no round trips) each statement
+    runs when it is added, as before. A caller that reads what a statement wrote, or
+    needs its ``RETURNING`` rows, executes it itself (after :meth:`send`)."""
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+        self._defer = connection.vendor == "postgresql"
+        self._sql: list[str] = []
+        self._params: list[Any] = []
+
+    def add(self, sql: str, params: Sequence[Any]) -> None:
+        if not self._defer:
+            with self.connection.cursor() as cursor:
+                cursor.execute(sql, params)
+            return
+        self._sql.append(sql)
+        self._params.extend(params)
+
+    def add_rows(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``sql`` once per parameter row (:func:`execute_rows`); more than one row is an
+        ``executemany`` of its own, after what is queued."""
+        if len(rows) == 1:
+            self.add(sql, rows[0])
+        elif rows:
+            self.send()
+            with self.connection.cursor() as cursor:
+                cursor.executemany(sql, rows)
+
+    def send(self) -> None:
+        if not self._sql:
+            return
+        sql, params = ";\n".join(self._sql), self._params
+        self._sql, self._params = [], []
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
 
 
 def insert_new_rows(model: type[Model], rows: Sequence[Model], *, with_pks: bool = False) -> None:
@@ -114,15 +159,18 @@ def insert_values(
     *,
     returning: Sequence[str] | None = None,
     skip_conflicts_on: str | None = None,
+    into: Statements | None = None,
 ) -> list[list[tuple[Any, ...]]]:
     """INSERT prepared value rows (one per row, in ``fields``' order) into ``model``'s
     table: ONE multi-row ``VALUES`` statement per chunk (as many rows as the backend takes
     parameters for: ``ops.bulk_batch_size``, at most 100). With ``returning`` (quoted column
     names) each chunk's ``RETURNING`` rows, one list per chunk, in chunk order; with
     ``skip_conflicts_on`` (a quoted unique column) a row whose value is taken is skipped
-    and returns nothing."""
+    and returns nothing. ``into`` (no ``returning``): the statements are added to it."""
     if not params:
         return []
+    if into is not None:
+        assert returning is None, "a deferred statement's rows are never read"
     qn = connection.ops.quote_name
     head = f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)})"
     one = f"({', '.join(['%s'] * len(fields))})"
@@ -138,12 +186,14 @@ def insert_values(
         for start in range(0, len(params), per):
             chunk = params[start : start + per]
             if casts is not None and len(chunk) > 1:
-                cursor.execute(unnest, [list(column) for column in zip(*chunk, strict=True)])
+                sql, values = unnest, [list(column) for column in zip(*chunk, strict=True)]
             else:
-                cursor.execute(
-                    f"{head} VALUES {', '.join([one] * len(chunk))}{tail}",
-                    [value for row in chunk for value in row],
-                )
+                sql = f"{head} VALUES {', '.join([one] * len(chunk))}{tail}"
+                values = [value for row in chunk for value in row]
+            if into is not None:
+                into.add(sql, values)
+                continue
+            cursor.execute(sql, values)
             if returning:
                 out.append([tuple(r) for r in cursor.fetchall()])
     return out
@@ -199,6 +249,7 @@ def update_rows(
     fields: Sequence[Field[Any, Any]],
     keys: Sequence[Field[Any, Any]],
     params: Sequence[Sequence[Any]],
+    into: Statements | None = None,
 ) -> None:
     """``UPDATE`` ``model``'s rows: each parameter row is the new values of ``fields``, then
     the values of ``keys`` that select its row (equality on each; prepared values).
@@ -207,18 +258,19 @@ def update_rows(
     array: one round trip, and one statement text for any number of rows, see
     :func:`array_casts`), where ``executemany`` was a statement per row in a pipeline's two
     round trips. Else one ``UPDATE ... WHERE key = %s`` per row (:func:`execute_rows`).
-    A key must select one row per parameter row (the callers' keys hold a pk)."""
+    A key must select one row per parameter row (the callers' keys hold a pk). ``into``:
+    the statement is added to it (sent with the others queued there)."""
     if not params:
         return
+    writes = into if into is not None else Statements(connection)
     qn = connection.ops.quote_name
     table = qn(model._meta.db_table)
     casts = array_casts(connection, [*fields, *keys]) if len(params) > 1 else None
-    with connection.cursor() as cursor:
-        if casts is None:
-            assignments = ", ".join(f"{qn(f.column)} = %s" for f in fields)
-            where = " AND ".join(f"{qn(k.column)} = %s" for k in keys)
-            execute_rows(cursor, f"UPDATE {table} SET {assignments} WHERE {where}", params)
-            return
+    if casts is None:
+        assignments = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+        where = " AND ".join(f"{qn(k.column)} = %s" for k in keys)
+        writes.add_rows(f"UPDATE {table} SET {assignments} WHERE {where}", params)
+    else:
         values = [f"v{i}" for i in range(len(fields))]
         matches = [f"k{i}" for i in range(len(keys))]
         assignments = ", ".join(
@@ -227,11 +279,13 @@ def update_rows(
         where = " AND ".join(
             f"{table}.{qn(k.column)} = v.{n}" for k, n in zip(keys, matches, strict=True)
         )
-        cursor.execute(
+        writes.add(
             f"UPDATE {table} SET {assignments} FROM UNNEST({', '.join(casts)}) "
             f"AS v({', '.join(values + matches)}) WHERE {where}",
             [list(column) for column in zip(*params, strict=True)],
         )
+    if into is None:
+        writes.send()
 
 
 def member_of(

@@ -503,3 +503,65 @@ def test_without_insert_returning_new_rows_still_get_their_ids_and_pending_rows_
     assert other is not None and other.sandbox_id == ids[1]
     assert PendingDelete.objects.get(name=made[0].name).reason == "drained"
     assert PendingDelete.objects.count() == 2
+
+
+def test_a_warm_hand_out_of_an_opened_acquisition_writes_in_one_send(job: Job) -> None:
+    """The warm path's hand-out (its acquisition opened before): after the row lock, the
+    row's UPDATE, its events and the acquisition's finish are ONE execute on PostgreSQL
+    (``rawinsert.Statements``: one round trip where they were three), one each elsewhere;
+    every write lands either way."""
+    from sandboxes.services.acquisitions import acquisition_open_many
+
+    (box,) = (r.pk for r in sandbox_request_many(requests=_requests(job, 1)))
+    _create_path([box])
+    (opened,) = acquisition_open_many(
+        records=[{"job_id": job.pk, "role": "rollout", "image": "sandman/empty",
+                  "key_hash": "k" * 16, "started_at": T0}]
+    )  # fmt: skip
+    move = hand_out_move(sandbox_id=box, source="warm", role="rollout", now=T0, healthy_at=T0)
+    item = HandOut(move, _acquisition(job, acquisition_id=opened.pk, wait_ms=2.5))
+    with CaptureQueriesContext(connection) as ctx:
+        (answer,) = sandbox_hand_out_many(items=[item])
+    assert isinstance(answer, Sandbox)
+    data = [
+        q["sql"] for q in ctx.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))
+    ]
+    if connection.vendor == "postgresql":
+        assert len(data) == 2 and data[0].startswith("SELECT"), data
+        assert [part.split(None, 1)[0] for part in data[1].split(";\n")] == [
+            "UPDATE", "INSERT", "UPDATE"
+        ]  # fmt: skip
+    else:
+        assert [q.split(None, 1)[0] for q in data] == ["SELECT", "UPDATE", "INSERT", "UPDATE"]
+    row = Sandbox.objects.get(pk=box)
+    assert (row.state, row.source, row.healthy_at) == ("in_use", "warm", T0)
+    acq = Acquisition.objects.get(pk=opened.pk)
+    assert (acq.outcome, acq.sandbox_id, acq.wait_ms) == ("ok", box, 2.5)
+    kinds = SandboxEvent.objects.filter(
+        sandbox_id=box, at=T0, kind__in=[events.HEALTHY, events.ACQUIRED]
+    )
+    assert kinds.count() == 2
+
+
+def test_a_failing_statement_of_one_send_raises_and_its_transaction_keeps_nothing(
+    job: Job,
+) -> None:
+    """``Statements``: the first statement that fails raises (at ``send`` on PostgreSQL,
+    at ``add`` elsewhere) and the statements before it roll back with the block."""
+    from django.db import IntegrityError, transaction
+
+    from sandboxes.services.rawinsert import Statements
+
+    (box,) = (r.pk for r in sandbox_request_many(requests=_requests(job, 1)))
+    other = sandbox_request_many(requests=_requests(job, 1))[0]
+    table = connection.ops.quote_name(Sandbox._meta.db_table)
+    with pytest.raises(IntegrityError):
+        with transaction.atomic():
+            writes = Statements(connection)
+            writes.add(f"UPDATE {table} SET image = %s WHERE id = %s", ["changed", box])
+            # The name is unique: taking the other row's fails.
+            writes.add(f"UPDATE {table} SET name = %s WHERE id = %s", [other.name, box])
+            writes.add(f"UPDATE {table} SET image = %s WHERE id = %s", ["never", other.pk])
+            writes.send()
+    assert Sandbox.objects.get(pk=box).image == "sandman/empty"
+    assert Sandbox.objects.get(pk=other.pk).image == "sandman/empty"
