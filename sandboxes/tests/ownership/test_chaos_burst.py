@@ -259,10 +259,16 @@ def env(transactional_db: None, monkeypatch: pytest.MonkeyPatch):
     try:
         yield e
     finally:
-        release_finishes()
-        e.stop()
+        try:
+            release_finishes()
+        finally:  # the stand-in and the controller process end whatever the database says
+            e.stop()
 
 
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="holds acquisitions' finishes with a PostgreSQL trigger and advisory lock",
+)
 def test_a_service_killed_mid_burst_leaves_no_orphan_and_every_record_true(env: Env) -> None:
     seen = burst_kill_restart(env, BURST)
     rows, pods = seen["rows"], seen["pods"]
