@@ -28,7 +28,6 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model
 
 _CHUNK_ROWS = 100  # rows per multi-row INSERT at most (fewer where the backend says so)
@@ -64,8 +63,9 @@ class Statements:
         self._params.extend(params)
 
     def add_rows(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        """``sql`` once per parameter row (:func:`execute_rows`); more than one row is an
-        ``executemany`` of its own, after what is queued."""
+        """``sql`` once per parameter row: a lone row is one statement like any other
+        (one ``execute`` at most); more rows are an ``executemany`` of their own, after
+        what is queued."""
         if len(rows) == 1:
             self.add(sql, rows[0])
         elif rows:
@@ -257,7 +257,7 @@ def update_rows(
     PostgreSQL, more than one row: ONE ``UPDATE ... FROM UNNEST(...)`` (each column one
     array: one round trip, and one statement text for any number of rows, see
     :func:`array_casts`), where ``executemany`` was a statement per row in a pipeline's two
-    round trips. Else one ``UPDATE ... WHERE key = %s`` per row (:func:`execute_rows`).
+    round trips. Else one ``UPDATE ... WHERE key = %s`` per row (:meth:`Statements.add_rows`).
     A key must select one row per parameter row (the callers' keys hold a pk). ``into``:
     the statement is added to it (sent with the others queued there)."""
     if not params:
@@ -297,15 +297,6 @@ def member_of(
     if connection.vendor == "postgresql":
         return f"{column} = ANY(%s)", [list(values)]
     return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
-
-
-def execute_rows(cursor: CursorWrapper, sql: str, params: Sequence[Sequence[Any]]) -> None:
-    """``sql`` once per parameter row: a lone row is one ``execute`` (one round trip), more
-    go through ``executemany``."""
-    if len(params) == 1:
-        cursor.execute(sql, params[0])
-    elif params:
-        cursor.executemany(sql, params)
 
 
 def quoted_column(model: type[Model], name: str) -> str:
