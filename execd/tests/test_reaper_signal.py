@@ -8,8 +8,12 @@ a test (faulthandler's dump showed ``notify`` inside ``notify`` in the main thre
 
 Here a child process installs ``notify`` as the handler of SIGUSR1 (standing in for
 SIGCHLD), calls ``notify`` in a loop itself, and is showered with SIGUSR1 from a thread,
-so handlers land inside ``notify`` many times. It must finish; a deadlock is caught by
-the bound on the child's run (a bound on a hang, not on speed).
+so handlers land inside ``notify``. The handler counts the landings whose interrupted
+frame is ``notify``'s own, and the loop runs until there have been ``REENTRIES`` of them:
+the work is counted in re-entries, not in calls, because how many calls it takes depends
+on the machine (each wake-up makes the reaper scan /proc, and the three threads contend
+for the GIL: a fixed 200,000 calls outran the bound on a loaded machine). It must finish;
+a deadlock is caught by the bound on the child's run (a bound on a hang, not on speed).
 """
 
 import os
@@ -21,13 +25,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 PROGRAM = textwrap.dedent(
     """
-    import os, signal, threading
+    import os, signal, sys, threading
     from execd.procs import scan
     from execd.reaper import Reaper
 
+    REENTRIES = int(sys.argv[1])
     reaper = Reaper(scan)
     reaper.start(interval=60.0)
-    signal.signal(signal.SIGUSR1, lambda _s, _f: reaper.notify())
+    inside = [0]
+
+    def handler(_s, frame):
+        inside[0] += frame is not None and frame.f_code is Reaper.notify.__code__
+        reaper.notify()
+
+    signal.signal(signal.SIGUSR1, handler)
     done = threading.Event()
     sent = [0]
 
@@ -38,21 +49,27 @@ PROGRAM = textwrap.dedent(
 
     t = threading.Thread(target=shower)
     t.start()
-    for _ in range(200000):
+    while inside[0] < REENTRIES:
         reaper.notify()
     done.set()
     t.join()
     reaper.stop()
-    print("ok", sent[0])
+    print("ok", sent[0], inside[0])
     """
 )
+REENTRIES = 200
 
 
 def test_notify_survives_being_reentered_by_its_own_signal_handler() -> None:
     env = dict(os.environ, PYTHONPATH=REPO)
     proc = subprocess.run(
-        [sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", PROGRAM, str(REENTRIES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    word, sent = proc.stdout.split()
+    word, sent, inside = proc.stdout.split()
     assert word == "ok" and int(sent) > 1000  # the handler really was showered
+    assert int(inside) >= REENTRIES  # and it landed inside notify that often
