@@ -135,14 +135,14 @@ def _cpu_between(before: dict[int, tuple[int, float]], after: dict[int, tuple[in
     return spent
 
 
-def _host_busy_s() -> float:
+def host_busy_s() -> float:
     """CPU seconds the whole host has been busy (every core, every process, the kernel's
     work for them), from /proc/stat: user + nice + system + irq + softirq + steal."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _client_cpu_s() -> float:
+def client_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -347,16 +347,16 @@ async def run(
             server_cpu = {str(pid): 0.0 for pid in pids}
             host_busy = refill_busy = 0.0
             for round_ in range(args.rounds):
-                r0 = _host_busy_s()
+                r0 = host_busy_s()
                 await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
                 if round_:  # the previous burst's replacement creates and deletes settling
-                    refill_busy += _host_busy_s() - r0
-                c0, s0, h0 = _client_cpu_s(), _tree_cpu(pids), _host_busy_s()
+                    refill_busy += host_busy_s() - r0
+                c0, s0, h0 = client_cpu_s(), _tree_cpu(pids), host_busy_s()
                 t = time.perf_counter()
                 await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
                 pairs_wall += time.perf_counter() - t
-                host_busy += _host_busy_s() - h0
-                client_cpu += _client_cpu_s() - c0
+                host_busy += host_busy_s() - h0
+                client_cpu += client_cpu_s() - c0
                 for pid, spent in _cpu_between(s0, _tree_cpu(pids), pids).items():
                     server_cpu[str(pid)] += spent
             await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
