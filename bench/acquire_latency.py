@@ -38,8 +38,9 @@ its CPU inside the pair bursts beside each service process tree's (the controlle
 includes the replacement sandboxes it starts).
 
 Usage: ``python bench/acquire_latency.py [--clients 64] [--rounds 5] [--layout split|single]
-[--workers 2] [--server uvicorn|daphne] [--keyed] [--out FILE]``; a run is stored under
-``<database>/<settings>/<server>-<layout>-<workers>w`` (``-keyed``: every acquire and release
+[--workers 2] [--server uvicorn|daphne] [--keyed] [--direct] [--out FILE]``; a run is stored
+under ``<database>/<settings>/<server>-<layout>-<workers>w`` (``-direct``: the direct hand-out
+on, ``SANDMAN_DIRECT_HANDOUT=1``, PostgreSQL only; ``-keyed``: every acquire and release
 carries an ``Idempotency-Key``, as the trainer client sends them).
 """
 
@@ -456,6 +457,11 @@ def main() -> int:
         action="store_true",
         help="send an Idempotency-Key with every acquire and release, as the trainer client does",
     )
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="SANDMAN_DIRECT_HANDOUT=1: acquires claim offered warm pods in PostgreSQL",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -472,6 +478,7 @@ def main() -> int:
             "SANDMAN_CONTROLLER_AUTOSTART": "1",
             "SANDMAN_CLUSTER_CREATE_RATE": "200",
             "SANDMAN_CLUSTER_CREATE_BURST": "200",
+            "SANDMAN_DIRECT_HANDOUT": "1" if args.direct else "0",
         }
     )
     database = "postgresql" if env.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
@@ -525,6 +532,7 @@ def main() -> int:
         "serial": args.serial,
         "egress": args.egress,
         "keyed": args.keyed,
+        "direct_handout": args.direct,
         "spec": SPEC,
         "image": IMAGE,
         "host": {
@@ -583,6 +591,7 @@ def main() -> int:
         else f"{database}/{args.settings.rsplit('.', 1)[-1]}"
     )
     key += f"/{args.server}-{args.layout}-{args.workers}w"  # earlier runs keep their keys
+    key += "-direct" if args.direct else ""
     key += "-keyed" if args.keyed else ""
     document = merged(args.out, key, out)
     args.out.write_text(json.dumps(document, indent=2) + "\n")

@@ -17,7 +17,9 @@ No replacement create runs (the release puts the pod back), so each floor is a b
 what Sandman could reach with the creates' cost at zero. Beside them, in the same run,
 ``bench/acquire_latency.py`` measures Sandman itself (split processes, production
 settings, this PostgreSQL, local backend; its own JSON is embedded whole under
-``sandman``), so the figures share the machine and its load. The load average at each
+``sandman``), once through the controller and once with the direct hand-out on
+(``--direct``: acquires claim offered warm pods in PostgreSQL, architecture §3.6), so the
+figures share the machine and its load. The load average at each
 phase's start is recorded.
 
 Results: ``bench/results/hot_path_floor.json`` (``--out``).
@@ -225,9 +227,11 @@ def headline(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_sandman(tmp: Path) -> dict[str, Any]:
-    out = tmp / "sandman.json"
+def run_sandman(tmp: Path, *, direct: bool) -> dict[str, Any]:
+    out = tmp / f"sandman-{'direct' if direct else 'controller'}.json"
     cmd = [sys.executable, "bench/acquire_latency.py", "--out", str(out)]
+    if direct:
+        cmd.append("--direct")
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     (run,) = json.loads(out.read_text())["runs"].values()
     return run
@@ -270,11 +274,13 @@ def main() -> int:
     finally:
         execd.send_signal(signal.SIGTERM)
         execd.wait(timeout=30)
-    sandman = None
+    sandman: dict[str, Any] = {}
     if not args.no_sandman:
-        load_at_start = list(os.getloadavg())
-        sandman = {"load_average_at_start": load_at_start, **run_sandman(tmp)}
-        print("sandman", json.dumps(headline(sandman)), flush=True)
+        for name, direct in (("sandman", False), ("sandman_direct", True)):
+            load_at_start = list(os.getloadavg())
+            run = run_sandman(tmp, direct=direct)
+            sandman[name] = {"load_average_at_start": load_at_start, **run}
+            print(name, json.dumps(headline(sandman[name])), flush=True)
 
     out = {
         "benchmark": "hot_path_floor",
@@ -290,10 +296,10 @@ def main() -> int:
         "targets": TARGETS,
         "summary": {
             **{mode: headline(run) for mode, run in floors.items()},
-            **({"sandman": headline(sandman)} if sandman else {}),
+            **{name: headline(run) for name, run in sandman.items()},
         },
         "floors": floors,
-        "sandman": sandman,
+        "sandman": sandman,  # acquire_latency.py's runs: through the controller, and direct
     }
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -128,6 +128,9 @@ class Sandbox(models.Model):
     deleting_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Set while the controller offers this warm pod to the web workers' direct hand-out
+    # (sandboxes/offers.py): whoever moves an offered row first owns the pod.
+    offered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -147,6 +150,12 @@ class Sandbox(models.Model):
                 include=["job", "key_hash", "backend", "acquired_at", "deleted_at"],
                 condition=Q(source__in=("", "warm"), ready_at__isnull=False),
                 name="sandbox_warm_idle",
+            ),
+            # The direct hand-out's claim: the oldest offered pod of a job's key.
+            models.Index(
+                fields=["job", "key_hash", "offered_at"],
+                condition=Q(state="ready", offered_at__isnull=False),
+                name="sandbox_offered",
             ),
         ]
 

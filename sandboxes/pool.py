@@ -10,8 +10,10 @@ Invariants a reader must not break:
   It is handed out only to a request whose key is EQUAL: no "big enough" matching.
 * Every sandbox the pool knows is in exactly one book: ``creating`` (a ticket, from the
   moment the create is admitted, before any token or database row), ``warm``,
-  ``checking`` (taken for a health or state check) or ``in_use``. ``live_count`` is the
-  sum, and admission never lets it exceed ``max_live``.
+  ``offered`` (a warm pod the web workers may claim straight from the database:
+  ``sandboxes/controller/offers.py``; the controller acts on it only after withdrawing
+  it), ``checking`` (taken for a health or state check) or ``in_use``. ``live_count`` is
+  the sum, and admission never lets it exceed ``max_live``.
 * A create is settled exactly once (:meth:`JobPool.settle`). Its pod becomes warm only if
   nobody used it, the job is not draining and the waiter is gone or it was a warm build;
   a pod an agent has seen is never warm again.
@@ -73,6 +75,7 @@ class WarmPod:
     since: float
     role: str = "rollout"
     reused: bool = False  # True for a checked-reuse grading pod (source "reused")
+    stamping: bool = False  # offered in the books, its row not stamped yet (offers.py)
 
 
 @dataclass
@@ -116,6 +119,7 @@ class JobPool:
     creating: dict[int, CreateTicket] = field(default_factory=dict)
     checking: dict[int, PoolKey] = field(default_factory=dict)
     in_use: dict[int, PoolKey] = field(default_factory=dict)
+    offered: dict[int, WarmPod] = field(default_factory=dict)
     targets: dict[PoolKey, int] = field(default_factory=dict)
     last_request: dict[PoolKey, float] = field(default_factory=dict)
     draining: bool = False
@@ -124,14 +128,16 @@ class JobPool:
     # -- counts -------------------------------------------------------------------------
     @property
     def warm_count(self) -> int:
-        return sum(len(pods) for pods in self.warm.values())
+        """Never-used pods waiting for an agent: the controller's and the offered ones."""
+        return sum(len(pods) for pods in self.warm.values()) + len(self.offered)
 
     @property
     def live_count(self) -> int:
         return self.warm_count + len(self.creating) + len(self.checking) + len(self.in_use)
 
     def warm_for(self, key: PoolKey) -> int:
-        return len(self.warm.get(key, ()))
+        offered = sum(1 for pod in self.offered.values() if pod.key == key)
+        return len(self.warm.get(key, ())) + offered
 
     def creating_for(self, key: PoolKey, purpose: Purpose | None = None) -> int:
         return sum(
@@ -153,9 +159,13 @@ class JobPool:
             "creating": len(self.creating),
             "checking": len(self.checking),
             "in_use": len(self.in_use),
+            "offered": len(self.offered),
             "keys": {
                 k.hash: {"warm": self.warm_for(k), "target": self.target_for(k)}
-                for k in set(self.warm) | set(self.targets) | set(self.last_request)
+                for k in set(self.warm)
+                | {p.key for p in self.offered.values()}
+                | set(self.targets)
+                | set(self.last_request)
             },
         }
 
@@ -204,6 +214,9 @@ class JobPool:
     def forget(self, sandbox_id: int) -> PoolKey | None:
         """Drop a sandbox from every book (it is being deleted or was released)."""
         key = self.checking.pop(sandbox_id, None) or self.in_use.pop(sandbox_id, None)
+        offered = self.offered.pop(sandbox_id, None)
+        if offered is not None:
+            key = offered.key
         for wkey, pods in list(self.warm.items()):
             for pod in pods:
                 if pod.sandbox_id == sandbox_id:
@@ -213,6 +226,89 @@ class JobPool:
             if not pods:
                 del self.warm[wkey]
         return key
+
+    # -- offers to the web workers' direct hand-out (sandboxes/controller/offers.py) --------
+    def offer_all(self) -> list[WarmPod]:
+        """Move every never-used warm pod into ``offered`` and return them (the caller
+        stamps their rows). Checked-reuse pods stay the controller's (they serve one role
+        and are handed out as ``reused``)."""
+        if self.draining:
+            return []
+        moved: list[WarmPod] = []
+        for key, pods in list(self.warm.items()):
+            keep = [pod for pod in pods if pod.reused]
+            moved.extend(pod for pod in pods if not pod.reused)
+            if keep:
+                self.warm[key] = keep
+            else:
+                del self.warm[key]
+        for pod in moved:
+            pod.stamping = True
+            self.offered[pod.sandbox_id] = pod
+        return moved
+
+    def stamped(self, pods: list[WarmPod], ids: set[int]) -> None:
+        """The rows of ``ids`` are offered now; the other pods are warm again."""
+        for pod in pods:
+            pod.stamping = False
+            if pod.sandbox_id in self.offered and pod.sandbox_id not in ids:
+                self.withdrawn(pod)
+
+    def offered_ids(self) -> list[int]:
+        """The offered pods whose rows are stamped (a claimant can see them)."""
+        return [sid for sid, pod in self.offered.items() if not pod.stamping]
+
+    def claimed(self, sandbox_id: int) -> PoolKey | None:
+        """An offered pod was claimed by a web worker: it is in use now (and its key was
+        just asked for). None if it was not offered here (already followed)."""
+        pod = self.offered.pop(sandbox_id, None)
+        if pod is None:
+            return None
+        self.checking.pop(sandbox_id, None)
+        self.in_use[sandbox_id] = pod.key
+        self.note_request(pod.key)
+        return pod.key
+
+    def take_offered(self, key: PoolKey) -> WarmPod | None:
+        """The oldest offered pod of an EQUAL key, into ``checking`` while the caller
+        withdraws its offer (``withdrawn_to_check`` if that wins, ``hand_out`` if a web
+        worker claimed it first)."""
+        if self.draining:
+            return None
+        pods = [pod for pod in self.offered.values() if pod.key == key and not pod.stamping]
+        if not pods:
+            return None
+        pod = min(pods, key=lambda p: p.since)
+        del self.offered[pod.sandbox_id]
+        self.checking[pod.sandbox_id] = key
+        return pod
+
+    def offer_back(self, pod: WarmPod) -> None:
+        """A withdraw whose answer never came (:meth:`take_offered`'s pod): offered again,
+        as far as the books know (the next round reads the row)."""
+        self.checking.pop(pod.sandbox_id, None)
+        self.offered[pod.sandbox_id] = pod
+
+    def withdrawn(self, pod: WarmPod) -> None:
+        """An offer the controller took back: a plain warm pod of the controller's again."""
+        self.offered.pop(pod.sandbox_id, None)
+        self.checking.pop(pod.sandbox_id, None)
+        self.warm.setdefault(pod.key, []).append(pod)
+
+    def idle_offered(self) -> list[WarmPod]:
+        """Offered pods that :meth:`trim` would take if they were the controller's: the
+        caller withdraws them first (a claimed one is in use, never trimmed)."""
+        now = self.clock()
+        limit = self.limits.idle_timeout_s
+        idle: list[WarmPod] = []
+        for pod in self.offered.values():
+            if pod.stamping:
+                continue
+            last = self.last_request.get(pod.key)
+            since = pod.since if last is None else last
+            if now - since >= limit:
+                idle.append(pod)
+        return idle
 
     def begin_check(self, sandbox_id: int) -> None:
         """A released pod is being checked for reuse: still live, not in use."""
@@ -333,7 +429,9 @@ class JobPool:
         """Stop building and hand-outs; return every warm pod (the caller deletes them)."""
         self.draining = True
         pods = [pod for group in self.warm.values() for pod in group]
+        pods.extend(self.offered.values())  # deleted whether a web worker claimed it or not
         self.warm.clear()
+        self.offered.clear()
         self.targets.clear()
         return pods
 

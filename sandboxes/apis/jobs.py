@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sandboxes import selectors
-from sandboxes.apis import access, idempotency
+from sandboxes.apis import access, direct, idempotency
 from sandboxes.apis.asyncview import AsyncJsonApiView, validate_off_loop
 from sandboxes.apis.common import (
     CONTROLLER_ERRORS,
@@ -357,9 +357,13 @@ async def acquire_answer(
         if recovered is not None:
             access.remember_sandbox(sandbox_id=recovered.sandbox_id, job_id=job_id)
             return _recovered_answer(recovered)
-        result = await controller().aacquire(
-            job_id=job_id, user_id=user_id, idempotency_key=key or "", **fields
+        result = await direct.claim(
+            job_id=job_id, user_id=user_id, idempotency_key=key or "", fields=fields
         )
+        if result is None:  # nothing offered (or the direct hand-out is off)
+            result = await controller().aacquire(
+                job_id=job_id, user_id=user_id, idempotency_key=key or "", **fields
+            )
         access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
         return dict(JobAcquireApi.OutputSerializer(result).data)
 

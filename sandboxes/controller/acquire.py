@@ -34,6 +34,7 @@ from sandboxes.addresses import AddressFloorReached
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.creates import CreateRunner
 from sandboxes.controller.deletes import Deleter
+from sandboxes.controller.offers import Offers
 from sandboxes.controller.runtime import AcquireResult, CreateOutcome, JobRuntime
 from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
@@ -127,8 +128,10 @@ class Acquirer:
         deleter: Deleter,
         warm: WarmHandOut,
         batcher: WriteBatcher,
+        offers: Offers,
     ) -> None:
         self._state = state
+        self._offers = offers
         self._batcher = batcher
         self._tasks = tasks
         self._gate = gate
@@ -278,7 +281,7 @@ class Acquirer:
         deadline = None if req.timeout_s is None else t0 + req.timeout_s
         rt.pool.note_request(key)
         rt.key_roles.setdefault(key, req.role)
-        while (pod := rt.pool.take_warm(key, req.role, never_used=req.never_used)) is not None:
+        while (pod := await self._take_warm(rt, req, key)) is not None:
             result = await self._warm.try_hand_out(rt, pod, req.role, t0, deadline, record, opened)
             if result is not None:
                 self._creates.fill(rt)
@@ -319,6 +322,13 @@ class Acquirer:
             create_ms=out.create_ms,
         )
         return result, False
+
+    async def _take_warm(self, rt: JobRuntime, req: AcquireRequest, key: PoolKey) -> Any:
+        """A warm pod of the controller's, else one of its offers withdrawn (offers.py)."""
+        pod = rt.pool.take_warm(key, req.role, never_used=req.never_used)
+        if pod is None:
+            pod = await self._offers.take(rt, key)
+        return pod
 
     async def _wait_for_create(
         self,

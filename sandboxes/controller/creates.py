@@ -226,6 +226,7 @@ class CreateRunner:
                     sandbox_id=row.pk, key=ticket.key, since=self._state.clock(), role=ticket.role
                 )
             )
+            self._state.became_warm(rt)
             late = ticket.purpose is Purpose.ACQUIRE
             await self._batcher.event(  # batched: one transaction with the others queued
                 row.pk,

@@ -17,6 +17,7 @@ from sandboxes.controller import queries
 from sandboxes.controller.creates import CreateRunner
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.drain import Drainer
+from sandboxes.controller.offers import Offers
 from sandboxes.controller.reconcile import Reconciler
 from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
@@ -39,8 +40,10 @@ class MaintenanceRunner:
         creates: CreateRunner,
         drainer: Drainer,
         reconciler: Reconciler,
-        unclaimed_grace_s: float = 60.0,
+        unclaimed_grace_s: float,
+        offers: Offers,
     ) -> None:
+        self._offers = offers
         self._state = state
         self._tasks = tasks
         self._runtimes = runtimes
@@ -59,6 +62,8 @@ class MaintenanceRunner:
             await self._reconciler.reconcile()
             self._state.reconciled = True
         counts = {
+            # Before the trim: idle offers are withdrawn, then trimmed as warm pods.
+            "offers_followed": await self._offers.round(),
             "trimmed": await self._trim_idle(),
             "reclaimed": await self._reclaim_expired(),
             "unclaimed": await self._reclaim_unclaimed(),

@@ -5,8 +5,10 @@ the :class:`ControllerState` and each other's PUBLIC methods. The order of const
 the dependency order (no collaborator needs one built after it):
 
     TaskOwner, AcquireGate, WriteBatcher -> Runtimes, Deleter, Ownership, ReuseChecker ->
-    CreateRunner,
+    CreateRunner -> Offers,
     WarmHandOut -> Acquirer, Drainer -> Releaser, Reconciler -> MaintenanceRunner, Sweeper
+
+(Offers hears of pods that became warm through ``ControllerState.warm_listeners``.)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sandboxes.controller.drain import Drainer
 from sandboxes.controller.hooks import ControllerHooks
 from sandboxes.controller.lifecycle import Releaser
 from sandboxes.controller.maintenance import MaintenanceRunner
+from sandboxes.controller.offers import Offers
 from sandboxes.controller.ownership import Ownership
 from sandboxes.controller.reconcile import Reconciler
 from sandboxes.controller.reuse import ReuseChecker
@@ -60,6 +63,7 @@ class Parts:
     deleter: Deleter
     reuse: ReuseChecker
     creates: CreateRunner
+    offers: Offers
     acquirer: Acquirer
     drainer: Drainer
     releaser: Releaser
@@ -77,13 +81,23 @@ class Parts:
         ownership = Ownership(state)
         reuse = ReuseChecker(tasks, state.now, tuning.execd_timeout_s)
         creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse, batcher)
+        offers = Offers(state, tasks, runtimes, creates, deleter)
+        state.warm_listeners.append(offers.offer)
         warm = WarmHandOut(state, tasks, deleter, batcher, tuning.health_timeout_s)
-        acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm, batcher)
+        acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm, batcher, offers)
         drainer = Drainer(state, tasks, runtimes, deleter, ownership)
         releaser = Releaser(state, tasks, runtimes, deleter, creates, reuse, batcher)
-        reconciler = Reconciler(state, tasks, runtimes, deleter)
+        reconciler = Reconciler(state, tasks, runtimes, deleter, offers)
         maintenance = MaintenanceRunner(
-            state, tasks, runtimes, deleter, creates, drainer, reconciler, tuning.unclaimed_grace_s
+            state,
+            tasks,
+            runtimes,
+            deleter,
+            creates,
+            drainer,
+            reconciler,
+            tuning.unclaimed_grace_s,
+            offers,
         )
         return cls(
             state=state,
@@ -94,6 +108,7 @@ class Parts:
             deleter=deleter,
             reuse=reuse,
             creates=creates,
+            offers=offers,
             acquirer=acquirer,
             drainer=drainer,
             releaser=releaser,
@@ -123,6 +138,7 @@ class Parts:
     async def shutdown(self) -> None:
         """Cancel everything, fail the waiters, close the buckets, the session, the provider."""
         state = self.state
+        await self.offers.stop()
         await self.tasks.shutdown()
         for rt in state.runtimes.values():
             rt.pacer.close()

@@ -29,6 +29,7 @@ import logging
 from sandboxes import events
 from sandboxes.controller import queries
 from sandboxes.controller.deletes import Deleter
+from sandboxes.controller.offers import Offers
 from sandboxes.controller.queries import SandboxRow
 from sandboxes.controller.runtime import SandboxRef
 from sandboxes.controller.runtimes import Runtimes
@@ -75,17 +76,26 @@ class Reconciler:
     """Start-up (and retried) agreement between the database and the backend."""
 
     def __init__(
-        self, state: ControllerState, tasks: TaskOwner, runtimes: Runtimes, deleter: Deleter
+        self,
+        state: ControllerState,
+        tasks: TaskOwner,
+        runtimes: Runtimes,
+        deleter: Deleter,
+        offers: Offers,
     ) -> None:
         self._state = state
         self._tasks = tasks
         self._runtimes = runtimes
         self._deleter = deleter
+        self._offers = offers
 
     async def reconcile(self) -> dict[str, int]:
         """Adopt, delete and end rows as the rules above say; return counts."""
         state, db = self._state, self._tasks.db
         now = state.now()
+        # Offers of an earlier controller: withdrawn before the rows are read, so a pod is
+        # either claimed (read in use) or this controller's warm pod (offered again later).
+        await self._offers.clear()
         unanswered = await db(
             acquisitions_close_unanswered,
             started_before=state.since or now,

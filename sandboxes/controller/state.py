@@ -47,6 +47,13 @@ class ControllerState:
     # When this controller started: acquisitions still ``pending`` from before it belong to
     # a controller that is gone (reconcile.py ends them ``failed``, ``service_restarted``).
     since: dt.datetime | None = None
+    # Called (loop thread) after pods of a job became warm: the direct hand-out offers them
+    # (offers.py), built after the collaborators that make pods warm.
+    warm_listeners: list[Callable[[JobRuntime], None]] = field(default_factory=list)
+
+    def became_warm(self, rt: JobRuntime) -> None:
+        for listener in self.warm_listeners:
+            listener(rt)
 
     @property
     def backend(self) -> str:

@@ -86,6 +86,7 @@ class WarmHandOut:
             if not handed and sid in rt.pool.checking:
                 # Cancelled before anything changed: the pod is still a clean warm pod.
                 rt.pool.add_warm(pod)
+                self._state.became_warm(rt)
 
     async def _ref(self, rt: JobRuntime, sid: int) -> SandboxRef | None:
         """The pod's identity, cached or read; None (and forgotten) if it is not ready."""

@@ -204,6 +204,10 @@ SANDMAN_CONTROLLER_AUTOSTART = env_bool("SANDMAN_CONTROLLER_AUTOSTART", True)
 # listening on this Unix socket; ASGI worker processes with it set start no controller and
 # send acquires, releases, prewarms and drains there. Empty: the controller runs in-process.
 SANDMAN_CONTROLLER_SOCKET = env_str("SANDMAN_CONTROLLER_SOCKET", "")
+# The direct hand-out (architecture §3.6, PostgreSQL only): the controller offers never-used
+# warm pods in the database and an acquire claims one itself (FOR UPDATE SKIP LOCKED, the
+# health check, one commit) before it asks the controller. Off: every acquire asks it.
+SANDMAN_DIRECT_HANDOUT = env_bool("SANDMAN_DIRECT_HANDOUT", False)
 # run_controller's orderly stop: how long the web workers' calls in flight may still run
 # to their answer (within k8s/sandman.yaml's 60 s terminationGracePeriodSeconds).
 SANDMAN_CONTROLLER_DRAIN_S = env_float("SANDMAN_CONTROLLER_DRAIN_S", 20.0)

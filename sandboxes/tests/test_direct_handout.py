@@ -1,0 +1,364 @@
+"""The direct hand-out (``SANDMAN_DIRECT_HANDOUT``): an acquire claims an offered warm pod
+in PostgreSQL itself, and the controller's books follow (architecture §3.6).
+
+Real parts throughout: the controller over the local provider with real execd processes,
+PostgreSQL's row locks and LISTEN/NOTIFY, and the claim as the API runs it
+(``sandboxes.apis.direct.claim``: a worker thread, execd's ``/health`` on the event loop).
+Races are held at gates (a claimant's health check blocked on an event), never timed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connection, connections
+from django.test import override_settings
+from django.utils import timezone
+
+from sandboxes.apis import direct
+from sandboxes.controller import Controller
+from sandboxes.controller.runtime import PrewarmKey
+from sandboxes.models import Acquisition, Sandbox, SandboxEvent
+from sandboxes.pool import key_hash
+from sandboxes.services.offers import OfferedPod, sandbox_claim_offered
+from sandboxes.states import AcquisitionOutcome, SandboxState
+from sandboxes.tests.controller_support import IMAGE, SPEC, acquire_args, make_job, wait_until
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="the direct hand-out needs SKIP LOCKED"
+    ),
+]
+
+FIELDS = {"image": IMAGE, "base_commit": None, **SPEC, "role": "rollout", "timeout_s": 60.0}
+
+
+@pytest.fixture
+def direct_controller(make_controller: Callable[..., Controller]) -> Iterator[Controller]:
+    with override_settings(SANDMAN_DIRECT_HANDOUT=True):
+        yield make_controller()
+
+
+def prewarm(controller: Controller, job_id: int, count: int) -> list[int]:
+    """``count`` warm pods of the test key, offered (their rows stamped); their ids."""
+    key = PrewarmKey(image=IMAGE, base_commit=None, count=count, **SPEC)
+    controller.prewarm(job_id=job_id, keys=[key])
+
+    def offered() -> list[int] | None:
+        ids = list(
+            Sandbox.objects.filter(
+                job_id=job_id, state=SandboxState.READY, offered_at__isnull=False
+            ).values_list("pk", flat=True)
+        )
+        return ids if len(ids) >= count else None
+
+    return wait_until(offered, what=f"{count} offered warm pods")
+
+
+def books(controller: Controller, job_id: int) -> dict[str, Any]:
+    return controller.stats()["jobs"][job_id]
+
+
+def claim(job_id: int, user_id: int | None = None) -> Any:
+    """``direct.claim`` on a loop of its own, as one web worker request."""
+
+    async def one() -> Any:
+        try:
+            return await direct.claim(
+                job_id=job_id, user_id=user_id, idempotency_key="", fields=dict(FIELDS)
+            )
+        finally:
+            await direct.close()
+
+    return async_to_sync(one)()
+
+
+def test_an_acquire_claims_an_offered_pod_in_one_commit_and_the_books_follow(
+    direct_controller: Controller,
+) -> None:
+    job = make_job(warm_per_key=0)
+    offered = prewarm(direct_controller, job.pk, 2)
+    assert books(direct_controller, job.pk)["offered"] == 2
+    before = Sandbox.objects.filter(job=job).count()
+    oldest = Sandbox.objects.filter(pk__in=offered).order_by("offered_at", "pk")[0].pk
+
+    result = claim(job.pk, user_id=job.owner_id)
+
+    assert result is not None and result.source == "warm"
+    assert result.sandbox_id == oldest  # the oldest offer
+    first, (second,) = oldest, set(offered) - {oldest}
+    row = Sandbox.objects.get(pk=first)
+    assert (row.state, row.offered_at, row.source, row.agent_used) == (
+        SandboxState.IN_USE,
+        None,
+        "warm",
+        True,
+    )
+    assert result.token == row.token and result.address == row.address
+    (acq,) = Acquisition.objects.filter(job=job)
+    assert (acq.outcome, acq.sandbox_id, acq.source, acq.user_id) == (
+        AcquisitionOutcome.OK,
+        first,
+        "warm",
+        job.owner_id,
+    )
+    kinds = list(SandboxEvent.objects.filter(sandbox_id=first).values_list("kind", flat=True))
+    assert kinds[-3:] == ["state", "healthy", "acquired"]  # the controller's own hand-out
+    # The notification: the pod is in use in the books, and a replacement is built for the
+    # key (a claim counts as a request of it).
+    wait_until(
+        lambda: books(direct_controller, job.pk)["in_use"] == 1,
+        what="the books to follow the claim",
+    )
+    wait_until(
+        lambda: Sandbox.objects.filter(job=job).count() == before + 1,
+        what="a replacement build",
+    )
+    # The controller releases what a claimant handed out, as its own.
+    direct_controller.release(sandbox_id=first)
+    assert Sandbox.objects.get(pk=first).state in (SandboxState.DELETING, SandboxState.DELETED)
+    assert Sandbox.objects.get(pk=second).state == SandboxState.READY
+
+
+def test_concurrent_claims_never_hand_out_one_pod_twice_and_the_rest_find_none(
+    direct_controller: Controller,
+) -> None:
+    job = make_job()
+    offered = set(prewarm(direct_controller, job.pk, 3))
+
+    def one(_: int) -> Any:
+        try:
+            return claim(job.pk)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(one, range(6)))
+
+    won = [r.sandbox_id for r in results if r is not None]
+    assert sorted(won) == sorted(offered)  # each offered pod once, no other
+    assert results.count(None) == 3
+    assert Acquisition.objects.filter(job=job, outcome=AcquisitionOutcome.OK).count() == 3
+
+
+def test_the_controllers_own_acquire_withdraws_an_offer_and_loses_none_to_a_claimant(
+    direct_controller: Controller,
+) -> None:
+    """A claimant holds the only offered pod at its health check (a gate) while the
+    controller's own acquire tries to withdraw it: the withdraw waits on the row lock,
+    the claim commits, and the controller follows it and creates a pod for its caller."""
+    job = make_job()
+    (pod_id,) = prewarm(direct_controller, job.pk, 1)
+    at_check, go_on = threading.Event(), threading.Event()
+
+    def gated(pod: OfferedPod) -> bool:
+        at_check.set()
+        assert go_on.wait(60)
+        return True
+
+    record = {
+        "job_id": job.pk,
+        "user_id": None,
+        "role": "rollout",
+        "image": IMAGE,
+        "key_hash": key_hash_of_fields(),
+        "started_at": timezone.now(),
+        "idempotency_key": "",
+    }
+
+    def claimant() -> Any:
+        try:
+            return sandbox_claim_offered(
+                record=record,
+                healthy=gated,
+                now=timezone.now,
+                clock=time.monotonic,
+                started=time.monotonic(),
+            )
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        claimed = pool.submit(claimant)
+        assert at_check.wait(60)
+        acquired = pool.submit(lambda: direct_controller.acquire(**acquire_args(job)))
+        # The controller took the pod out of its offered book and waits on the row lock.
+        wait_until(
+            lambda: books(direct_controller, job.pk)["offered"] == 0,
+            what="the controller's withdraw to start",
+        )
+        assert not acquired.done()
+        go_on.set()
+        won = claimed.result(timeout=60)
+        mine = acquired.result(timeout=120)
+
+    assert won is not None and won.pod.sandbox_id == pod_id
+    assert mine.sandbox_id != pod_id and mine.source == "created"
+    assert Sandbox.objects.get(pk=pod_id).state == SandboxState.IN_USE
+    wait_until(
+        lambda: books(direct_controller, job.pk)["in_use"] == 2,
+        what="both hand-outs in the books",
+    )
+
+
+def test_an_unhealthy_offered_pod_is_skipped_and_deleted_by_the_controller(
+    direct_controller: Controller,
+) -> None:
+    job = make_job()
+    offered = prewarm(direct_controller, job.pk, 2)
+    ids = list(  # in the order a claimant tries them: the oldest offer first
+        Sandbox.objects.filter(pk__in=offered)
+        .order_by("offered_at", "pk")
+        .values_list("pk", flat=True)
+    )
+    checked: list[int] = []
+
+    def first_fails(pod: OfferedPod) -> bool:
+        checked.append(pod.sandbox_id)
+        return pod.sandbox_id != ids[0]
+
+    record = {
+        "job_id": job.pk,
+        "user_id": None,
+        "role": "rollout",
+        "image": IMAGE,
+        "key_hash": key_hash_of_fields(),
+        "started_at": timezone.now(),
+        "idempotency_key": "",
+    }
+    won = sandbox_claim_offered(
+        record=record,
+        healthy=first_fails,
+        now=timezone.now,
+        clock=time.monotonic,
+        started=time.monotonic(),
+    )
+
+    assert checked == ids and won is not None and won.pod.sandbox_id == ids[1]
+    assert SandboxEvent.objects.filter(sandbox_id=ids[0], kind="health_failed").exists()
+    wait_until(
+        lambda: (
+            Sandbox.objects.get(pk=ids[0]).state in (SandboxState.DELETING, SandboxState.DELETED)
+        ),
+        what="the controller to delete the unhealthy pod",
+    )
+    deleting = SandboxEvent.objects.get(sandbox_id=ids[0], kind="state", detail__to="deleting")
+    assert deleting.detail["reason"] == "health_failed"
+
+
+def test_a_draining_job_offers_nothing_and_its_offered_pods_are_deleted(
+    direct_controller: Controller,
+) -> None:
+    job = make_job()
+    ids = prewarm(direct_controller, job.pk, 2)
+    direct_controller.drain(job_id=job.pk)
+
+    assert claim(job.pk) is None  # the job is draining: no claim
+    wait_until(
+        lambda: all(
+            s in (SandboxState.DELETING, SandboxState.DELETED)
+            for s in Sandbox.objects.filter(pk__in=ids).values_list("state", flat=True)
+        ),
+        what="the drain to delete the offered pods",
+    )
+
+
+def test_a_starting_controller_withdraws_every_offer_before_it_reads_the_rows(
+    make_controller: Callable[..., Controller],
+) -> None:
+    with override_settings(SANDMAN_DIRECT_HANDOUT=True):
+        first = make_controller()
+        job = make_job()
+        ids = prewarm(first, job.pk, 1)
+        first.stop()  # local sandboxes end with their controller; the stamps stay
+        assert Sandbox.objects.filter(pk__in=ids, offered_at__isnull=False).exists()
+        make_controller()
+    assert not Sandbox.objects.filter(offered_at__isnull=False).exists()
+
+
+def test_off_by_default_nothing_is_offered_and_a_claim_asks_nothing(
+    make_controller: Callable[..., Controller],
+) -> None:
+    controller = make_controller()
+    job = make_job()
+    controller.prewarm(
+        job_id=job.pk,
+        keys=[PrewarmKey(image=IMAGE, base_commit=None, count=1, **SPEC)],
+    )
+    wait_until(
+        lambda: Sandbox.objects.filter(job=job, state=SandboxState.READY).exists(),
+        what="a warm pod",
+    )
+    controller.run_maintenance()
+    assert not Sandbox.objects.filter(offered_at__isnull=False).exists()
+    assert books(controller, job.pk)["offered"] == 0
+    assert claim(job.pk) is None
+    assert controller.acquire(**acquire_args(job)).source == "warm"
+
+
+def key_hash_of_fields() -> str:
+    from sandboxes.pool import PoolKey
+
+    return key_hash(
+        PoolKey(
+            image=IMAGE,
+            base_commit=None,
+            cpu_millis=SPEC["cpu_millis"],
+            memory_bytes=SPEC["memory_bytes"],
+            workspace_bytes=SPEC["workspace_bytes"],
+        )
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_keyed_rest_acquire_is_claimed_on_the_fast_path_and_its_resend_replayed(
+    direct_controller: Controller, settings: Any
+) -> None:
+    """Over the ASGI fast path, as a trainer's client calls it: the claim answers the
+    acquire (Django never reached), the key is on the acquisition, a resend with the key
+    gets the same sandbox with no second claim, and the release goes to the controller."""
+    from sandboxes.apis import access
+    from sandboxes.apis.fastpath import hot_routes
+    from sandboxes.services.jobs import job_create
+    from sandboxes.tests.api_support import make_user
+    from sandboxes.tests.test_api_fastpath import Recorder, post
+
+    settings.SANDMAN_API_TOKEN_TTL_S = 600.0  # the token stays known through the test
+    access.clear()
+    user, token = await sync_to_async(make_user)("trainer")
+    job = await sync_to_async(job_create)(owner=user, name="d", egress="allow", now=timezone.now())
+    (offered,) = await sync_to_async(prewarm)(direct_controller, job.pk, 1)
+    app = Recorder()
+    fast = hot_routes(app)
+    acquire = f"/api/v1/jobs/{job.pk}/acquire/"
+    body = {"image": IMAGE, "spec": {"cpu": "500m", "memory": "256Mi"}, "timeout_s": 60}
+    keyed = [(b"idempotency-key", b"k-direct-1")]
+    try:
+        status, _, first = await post(fast, acquire, token, body, extra=keyed)
+        assert status == 200, first
+        assert (first["sandbox_id"], first["source"]) == (offered, "warm")
+        status, _, resent = await post(fast, acquire, token, body, extra=keyed)
+        assert (status, resent) == (200, first)  # the recorded answer, no second claim
+        assert app.paths == []  # the fast path answered both; Django was never reached
+
+        def on_record() -> list[tuple[Any, ...]]:
+            return list(
+                Acquisition.objects.filter(job=job).values_list(
+                    "outcome", "sandbox_id", "idempotency_key"
+                )
+            )
+
+        assert await sync_to_async(on_record)() == [("ok", offered, "k-direct-1")]
+        release = f"/api/v1/sandboxes/{offered}/release/"
+        status, _, released = await post(fast, release, token)
+        assert (status, released) == (200, {"sandbox_id": offered, "released": True})
+    finally:
+        await direct.close()
+        await sync_to_async(connections.close_all)()
