@@ -158,8 +158,8 @@ def acquisitions_write(
         rows.append(row)
         out.append(row)
     opened = [row for row in rows if row.pk is not None]  # before the INSERT sets pks
-    if len(opened) < len(rows):
-        Acquisition.objects.bulk_create([row for row in rows if row.pk is None])
+    if len(opened) < len(rows):  # one raw INSERT ... RETURNING (the ORM's compile cost more)
+        insert_new_rows(Acquisition, [row for row in rows if row.pk is None], with_pks=True)
     acquisition_finish_open(opened, into=into)
     for row in rows:
         acquisition_published(row, _finished_at(row))

@@ -14,8 +14,9 @@ Invariants a reader must not break:
   the committed row and skips it).
 * A claim hands out only a ``ready`` row that is still offered, of an ``active`` job; the
   hand-out is written by the same service the controller uses
-  (``batch.sandbox_hand_out_many``), so the row, the events, the acquisition and the
-  dashboards' messages are the controller's own, to the field.
+  (``batch.sandbox_hand_out_locked``, the core of its ``sandbox_hand_out_many``), so the
+  row, the events, the acquisition and the dashboards' messages are the controller's own,
+  to the field.
 * The notification is sent inside the claim's transaction, so the controller hears of
   exactly the claims that committed, in commit order (``pg_notify``).
 """
@@ -31,8 +32,9 @@ from typing import Any
 from django.db import connection, transaction
 
 from sandboxes.models import Job, Sandbox
-from sandboxes.services.batch import HandOut, sandbox_hand_out_many
+from sandboxes.services.batch import HandOut, read_rows, sandbox_hand_out_locked
 from sandboxes.services.moves import hand_out_move
+from sandboxes.services.rawinsert import Statements
 from sandboxes.services.sandboxes import sandbox_mark_healthy
 from sandboxes.states import AcquisitionOutcome, JobState, SandboxSource, SandboxState
 from sandman_site.errors import SandmanError
@@ -125,12 +127,26 @@ def sandbox_claim_offered(
     ``record`` holds the acquisition's fields (``job_id``, ``user_id``, ``role``, ``image``,
     ``key_hash``, ``started_at``, ``idempotency_key``). ``healthy`` checks the pod while its
     row is locked; one that fails is taken out of the offers and marked unhealthy, the
-    controller is told (it deletes the pod), and the next offered pod is tried."""
+    controller is told (it deletes the pod), and the next offered pod is tried.
+
+    One claim is ``BEGIN``, the row lock (the whole row, ``SKIP LOCKED``), the check, one
+    send (the row, its events, the notification: ``batch.sandbox_hand_out_locked``), the
+    acquisition's ``INSERT ... RETURNING`` and ``COMMIT``."""
     for _ in range(CLAIM_ATTEMPTS):
         with transaction.atomic():
-            pod = _lock_oldest_offered(record["job_id"], record["key_hash"])
-            if pod is None:
+            row = _lock_oldest_offered(record["job_id"], record["key_hash"])
+            if row is None:
                 return None
+            pod = OfferedPod(
+                sandbox_id=row.pk,
+                name=row.name,
+                nonce=row.nonce,
+                backend=row.backend,
+                backend_uid=row.backend_uid,
+                backend_ref=row.backend_ref,
+                address=row.address,
+                token=row.token,
+            )
             if not healthy(pod):
                 _take_out_unhealthy(pod, record["job_id"], now())
                 continue
@@ -150,35 +166,42 @@ def sandbox_claim_offered(
                 "queue_ms": 0.0,
                 "wait_ms": wait_ms,
             }
-            (answer,) = sandbox_hand_out_many(items=[HandOut(move=move, acquisition=finished)])
+            writes = Statements(connection)
+            (answer,) = sandbox_hand_out_locked(
+                locked={row.pk: row}, items=[HandOut(move=move, acquisition=finished)], into=writes
+            )
             if isinstance(answer, SandmanError):
                 raise answer  # the row is locked and ready: only a broken invariant gets here
-            _notify(f"claimed:{record['job_id']}:{pod.sandbox_id}")
+            _notify(f"claimed:{record['job_id']}:{pod.sandbox_id}", into=writes)
+            writes.send()
             return Claimed(pod=pod, wait_ms=wait_ms)
     return None
 
 
-def _lock_oldest_offered(job_id: int, key_hash: str) -> OfferedPod | None:
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT s.id, s.name, s.nonce, s.backend, s.backend_uid, s.backend_ref,"
-            f" s.address, s.token FROM {_S} s JOIN {_J} j ON j.id = s.job_id"
-            " WHERE s.job_id = %s AND s.key_hash = %s AND s.state = %s"
-            " AND s.offered_at IS NOT NULL AND j.state = %s"
-            " ORDER BY s.offered_at, s.id LIMIT 1 FOR UPDATE OF s SKIP LOCKED",
-            [job_id, key_hash, SandboxState.READY, JobState.ACTIVE],
-        )
-        row = cur.fetchone()
-    return None if row is None else OfferedPod(*row)
+def _lock_oldest_offered(job_id: int, key_hash: str) -> Sandbox | None:
+    """The whole row of the oldest offered pod of an active job's key, locked; None when
+    every such row is taken or locked by another claimant."""
+    rows = read_rows(
+        f"WHERE job_id = %s AND key_hash = %s AND state = %s AND offered_at IS NOT NULL"
+        f" AND EXISTS (SELECT 1 FROM {_J} j WHERE j.id = {_S}.job_id AND j.state = %s)"
+        " ORDER BY offered_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+        [job_id, key_hash, SandboxState.READY, JobState.ACTIVE],
+    )
+    return next(iter(rows.values()), None)
 
 
 def _take_out_unhealthy(pod: OfferedPod, job_id: int, at: dt.datetime) -> None:
     with connection.cursor() as cur:
         cur.execute(f"UPDATE {_S} SET offered_at = NULL WHERE id = %s", [pod.sandbox_id])
     sandbox_mark_healthy(sandbox_id=pod.sandbox_id, now=at, healthy=False)
-    _notify(f"unhealthy:{job_id}:{pod.sandbox_id}")
+    _notify(f"unhealthy:{job_id}:{pod.sandbox_id}", into=None)
 
 
-def _notify(payload: str) -> None:
+def _notify(payload: str, *, into: Statements | None) -> None:
+    """Sent with ``into``'s writes, or now; delivered at the commit either way."""
+    sql, params = "SELECT pg_notify(%s, %s)", [CHANNEL, payload]
+    if into is not None:
+        into.add(sql, params)
+        return
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+        cur.execute(sql, params)
