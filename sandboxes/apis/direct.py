@@ -1,5 +1,6 @@
 """The direct hand-out, web side: an acquire claims an offered warm pod before it asks the
-controller (``SANDMAN_DIRECT_HANDOUT``, PostgreSQL only; architecture §3.6).
+controller, and a release without a verdict is written here (``SANDMAN_DIRECT_HANDOUT``,
+PostgreSQL only; architecture §3.6).
 
 ``claim`` runs ``sandboxes.services.offers.sandbox_claim_offered`` in a worker thread: the
 oldest offered pod of the job's key locked with ``SKIP LOCKED``, its execd's ``/health``
@@ -33,7 +34,11 @@ from sandboxes.controller.acquire import AcquireRequest
 from sandboxes.controller.offers import direct_handout_enabled
 from sandboxes.controller.runtime import AcquireResult
 from sandboxes.providers.local.health import ExecdHealth
-from sandboxes.services.offers import OfferedPod, sandbox_claim_offered
+from sandboxes.services.offers import (
+    OfferedPod,
+    sandbox_claim_offered,
+    sandbox_release_direct,
+)
 from sandboxes.states import Role, SandboxSource
 
 HEALTH_TIMEOUT_S = 5.0  # the controller's own bound on a warm pod's check (Controller)
@@ -88,6 +93,24 @@ def _claim_in_thread(record: dict[str, Any], started: float) -> Any:
         return sandbox_claim_offered(
             record=record, healthy=healthy, now=timezone.now, clock=time.monotonic, started=started
         )
+    finally:
+        close_old_connections()
+
+
+async def release(*, sandbox_id: int, outcome: dict[str, Any]) -> bool:
+    """Release without the controller (True), or leave it to the controller (False):
+    only a release without a verdict (one with a verdict may keep a grading pod for the
+    controller's reuse check). Its refusals are the controller's (the same service)."""
+    if not direct_handout_enabled() or outcome.get("verdict") is not None:
+        return False
+    await sync_to_async(_release_in_thread, thread_sensitive=False)(sandbox_id)
+    return True
+
+
+def _release_in_thread(sandbox_id: int) -> None:
+    close_old_connections()
+    try:
+        sandbox_release_direct(sandbox_id=sandbox_id, now=timezone.now())
     finally:
         close_old_connections()
 

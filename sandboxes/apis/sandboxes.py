@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sandboxes import selectors
-from sandboxes.apis import access, idempotency
+from sandboxes.apis import access, direct, idempotency
 from sandboxes.apis.asyncview import AsyncJsonApiView
 from sandboxes.apis.common import (
     CONTROLLER_ERRORS,
@@ -192,12 +192,13 @@ async def release_answer(
     the ASGI fast path's."""
 
     async def release(_prior: None = None) -> dict[str, Any]:
-        await controller().arelease(
-            sandbox_id=sandbox_id,
-            verdict=outcome.get("verdict"),
-            patch_sha256=outcome.get("patch_sha256"),
-            suite=outcome.get("suite"),
-        )
+        if not await direct.release(sandbox_id=sandbox_id, outcome=outcome):
+            await controller().arelease(
+                sandbox_id=sandbox_id,
+                verdict=outcome.get("verdict"),
+                patch_sha256=outcome.get("patch_sha256"),
+                suite=outcome.get("suite"),
+            )
         access.forget_sandbox(sandbox_id)
         return {"sandbox_id": sandbox_id, "released": True}
 

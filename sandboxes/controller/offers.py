@@ -29,6 +29,7 @@ and always on SQLite, which has no ``SKIP LOCKED``): nothing here runs.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -43,9 +44,11 @@ from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
 from sandboxes.pool import PoolKey, WarmPod
+from sandboxes.services.deletes import DeleteOrder
 from sandboxes.services.offers import (
     CHANNEL,
     offers_gone,
+    rows_not_in,
     sandbox_clear_offers,
     sandbox_offer_many,
     sandbox_withdraw_offers,
@@ -132,19 +135,33 @@ class Offers:
 
     # -- follow ---------------------------------------------------------------------------
     def on_notify(self, payload: str) -> None:
-        """A claimant's notification (loop thread): ``claimed:JOB:SANDBOX`` or
-        ``unhealthy:JOB:SANDBOX``."""
+        """A web worker's notification (loop thread): ``claimed:JOB:SANDBOX``,
+        ``unhealthy:JOB:SANDBOX`` or ``released:JOB:SANDBOX:ORDER`` (the delete's order as
+        JSON, empty when there is nothing on the backend to delete)."""
         try:
-            what, job, sandbox = payload.split(":")
+            what, job, sandbox, *rest = payload.split(":", 3)
             job_id, sandbox_id = int(job), int(sandbox)
-        except ValueError:
+            order = DeleteOrder(**json.loads(rest[0])) if rest and rest[0] else None
+        except (ValueError, TypeError):
             log.warning("offer notification not understood: %r", payload)
             return
         rt = self._runtimes.cached(job_id)
         if rt is None:
             return
+        if what == "released":
+            self._released(rt, sandbox_id, order)
+            return
         state = SandboxState.IN_USE if what == "claimed" else SandboxState.READY
         self._follow(rt, sandbox_id, state, reason="health_failed")
+
+    def _released(self, rt: JobRuntime, sandbox_id: int, order: DeleteOrder | None) -> None:
+        """A web worker released a sandbox (its ``PendingDelete`` committed): out of the
+        books, and the delete sent as the controller's own release sends it."""
+        rt.pool.forget(sandbox_id)
+        rt.refs.pop(sandbox_id, None)
+        if order is not None and not self._state.stopping:
+            self._tasks.spawn(self._deleter.destroy_later(order), rt, name=f"release-{sandbox_id}")
+        self._creates.fill(rt)
 
     def _follow(self, rt: JobRuntime, sandbox_id: int, state: str, *, reason: str) -> None:
         """The books after an offered row moved to ``state`` behind them: ``in_use`` (a
@@ -194,6 +211,18 @@ class Offers:
             return 0
         followed = 0
         for rt in self._runtimes.all():
+            if rt.pool.in_use:  # released by a web worker, its notification lost
+                left = await self._tasks.db(
+                    rows_not_in, sandbox_ids=list(rt.pool.in_use), state=SandboxState.IN_USE
+                )
+                for sandbox_id, state in left.items():
+                    # Deleting or gone only: a kept grading pod (``released``) is the
+                    # releaser's, moved to ``checking`` by it.
+                    ended = state in (SandboxState.DELETING, SandboxState.DELETED)
+                    if ended and sandbox_id in rt.pool.in_use:
+                        rt.pool.forget(sandbox_id)
+                        rt.refs.pop(sandbox_id, None)
+                followed += len(left)
             offered = rt.pool.offered_ids()
             if offered:
                 gone = await self._tasks.db(offers_gone, sandbox_ids=offered)

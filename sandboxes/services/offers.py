@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from django.db import connection, transaction
 
 from sandboxes.models import Job, Sandbox
 from sandboxes.services.batch import HandOut, read_rows, sandbox_hand_out_locked
+from sandboxes.services.batch_deletes import ReleaseRequest, sandbox_release_many
 from sandboxes.services.moves import hand_out_move
 from sandboxes.services.rawinsert import Statements
 from sandboxes.services.sandboxes import sandbox_mark_healthy
@@ -100,6 +102,17 @@ def sandbox_clear_offers() -> int:
     with connection.cursor() as cur:
         cur.execute(f"UPDATE {_S} SET offered_at = NULL WHERE offered_at IS NOT NULL")
         return cur.rowcount
+
+
+def rows_not_in(*, sandbox_ids: Sequence[int], state: str) -> dict[int, str]:
+    """Of these sandboxes, those whose rows are no longer in ``state``, with theirs (a
+    sandbox a web worker released behind the books: ``in_use`` left)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT id, state FROM {_S} WHERE id = ANY(%s) AND state <> %s",
+            [list(sandbox_ids), state],
+        )
+        return dict(cur.fetchall())
 
 
 def offers_gone(*, sandbox_ids: Sequence[int]) -> dict[int, str]:
@@ -176,6 +189,23 @@ def sandbox_claim_offered(
             writes.send()
             return Claimed(pod=pod, wait_ms=wait_ms)
     return None
+
+
+def sandbox_release_direct(*, sandbox_id: int, now: dt.datetime) -> None:
+    """A release without a verdict, written by the caller itself: the controller's own
+    release service (the row ``deleting`` with its ``PendingDelete``, or its refusal
+    raised), and a ``released`` notification carrying the delete's order, in one commit.
+    The controller sends the delete when it hears of it, else its next round resumes the
+    stored pending delete (§7)."""
+    with transaction.atomic():
+        (answer,) = sandbox_release_many(
+            requests=[ReleaseRequest(sandbox_id=sandbox_id, now=now, keep_grading=False)]
+        )
+        if isinstance(answer, SandmanError):
+            raise answer
+        row, order, _kept = answer
+        tail = "" if order is None else json.dumps(dataclasses.asdict(order))
+        _notify(f"released:{row.job_id}:{row.pk}:{tail}", into=None)
 
 
 def _lock_oldest_offered(job_id: int, key_hash: str) -> Sandbox | None:

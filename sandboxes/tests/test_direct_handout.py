@@ -359,6 +359,68 @@ async def test_a_keyed_rest_acquire_is_claimed_on_the_fast_path_and_its_resend_r
         release = f"/api/v1/sandboxes/{offered}/release/"
         status, _, released = await post(fast, release, token)
         assert (status, released) == (200, {"sandbox_id": offered, "released": True})
+
+        def state() -> str:
+            return Sandbox.objects.get(pk=offered).state
+
+        # Released without the controller; it deleted the sandbox on the notification.
+        assert await sync_to_async(state)() in (SandboxState.DELETING, SandboxState.DELETED)
+        assert app.paths == []
     finally:
         await direct.close()
         await sync_to_async(connections.close_all)()
+
+
+def test_a_direct_release_deletes_through_the_controller_and_refuses_a_second_release(
+    direct_controller: Controller,
+) -> None:
+    from sandman_site.errors import AlreadyReleased
+
+    job = make_job()
+    prewarm(direct_controller, job.pk, 1)
+    won = claim(job.pk)
+    wait_until(lambda: books(direct_controller, job.pk)["in_use"] == 1, what="the claim")
+
+    assert async_to_sync(direct.release)(sandbox_id=won.sandbox_id, outcome={}) is True
+
+    # The notification carried the delete's order: the controller sends it and forgets it.
+    wait_until(
+        lambda: Sandbox.objects.get(pk=won.sandbox_id).state == SandboxState.DELETED,
+        what="the controller to delete the released sandbox",
+    )
+    assert books(direct_controller, job.pk)["in_use"] == 0
+    with pytest.raises(AlreadyReleased):
+        async_to_sync(direct.release)(sandbox_id=won.sandbox_id, outcome={})
+    # A release with a verdict is the controller's (it may keep a grading pod for reuse).
+    assert (
+        async_to_sync(direct.release)(sandbox_id=won.sandbox_id, outcome={"verdict": "pass"})
+        is False
+    )
+
+
+def test_a_release_whose_notification_is_lost_is_followed_by_the_next_round(
+    make_controller: Callable[..., Controller],
+) -> None:
+    """The row released behind the books with no notification (as a dropped LISTEN
+    connection would lose it): the round forgets the pod and resumes its stored delete."""
+    from sandboxes.services.batch_deletes import ReleaseRequest, sandbox_release_many
+
+    with override_settings(SANDMAN_DIRECT_HANDOUT=True):
+        controller = make_controller(maintenance_interval_s=None)
+        job = make_job()
+        prewarm(controller, job.pk, 1)
+        won = claim(job.pk)
+        wait_until(lambda: books(controller, job.pk)["in_use"] == 1, what="the claim")
+        (answer,) = sandbox_release_many(
+            requests=[ReleaseRequest(sandbox_id=won.sandbox_id, now=timezone.now())]
+        )
+        assert not isinstance(answer, Exception)
+        assert books(controller, job.pk)["in_use"] == 1  # nobody told the books
+
+        controller.run_maintenance()
+
+        assert books(controller, job.pk)["in_use"] == 0
+        wait_until(
+            lambda: Sandbox.objects.get(pk=won.sandbox_id).state == SandboxState.DELETED,
+            what="the stored delete resumed",
+        )
