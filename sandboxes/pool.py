@@ -231,13 +231,14 @@ class JobPool:
     def offer_all(self) -> list[WarmPod]:
         """Move every never-used warm pod into ``offered`` and return them (the caller
         stamps their rows). Checked-reuse pods stay the controller's (they serve one role
-        and are handed out as ``reused``)."""
+        and are handed out as ``reused``), and so do idle ones (:meth:`trim` takes them)."""
         if self.draining:
             return []
+        now = self.clock()
         moved: list[WarmPod] = []
         for key, pods in list(self.warm.items()):
-            keep = [pod for pod in pods if pod.reused]
-            moved.extend(pod for pod in pods if not pod.reused)
+            keep = [pod for pod in pods if pod.reused or self._idle(pod, now)]
+            moved.extend(pod for pod in pods if not (pod.reused or self._idle(pod, now)))
             if keep:
                 self.warm[key] = keep
             else:
@@ -299,16 +300,13 @@ class JobPool:
         """Offered pods that :meth:`trim` would take if they were the controller's: the
         caller withdraws them first (a claimed one is in use, never trimmed)."""
         now = self.clock()
-        limit = self.limits.idle_timeout_s
-        idle: list[WarmPod] = []
-        for pod in self.offered.values():
-            if pod.stamping:
-                continue
-            last = self.last_request.get(pod.key)
-            since = pod.since if last is None else last
-            if now - since >= limit:
-                idle.append(pod)
-        return idle
+        return [pod for pod in self.offered.values() if not pod.stamping and self._idle(pod, now)]
+
+    def _idle(self, pod: WarmPod, now: float) -> bool:
+        """:meth:`trim`'s rule for one pod: idle from its key's last request, or from
+        when it became warm if the key has none."""
+        last = self.last_request.get(pod.key)
+        return now - (pod.since if last is None else last) >= self.limits.idle_timeout_s
 
     def begin_check(self, sandbox_id: int) -> None:
         """A released pod is being checked for reuse: still live, not in use."""

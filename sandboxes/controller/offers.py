@@ -74,14 +74,13 @@ class Offers:
         runtimes: Runtimes,
         creates: CreateRunner,
         deleter: Deleter,
-        enabled: bool | None = None,
     ) -> None:
         self._state = state
         self._tasks = tasks
         self._runtimes = runtimes
         self._creates = creates
         self._deleter = deleter
-        self.enabled = direct_handout_enabled() if enabled is None else enabled
+        self.enabled = direct_handout_enabled()
         self._listener: Listener | None = None
 
     # -- start and stop -------------------------------------------------------------------

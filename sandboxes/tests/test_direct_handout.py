@@ -424,3 +424,37 @@ def test_a_release_whose_notification_is_lost_is_followed_by_the_next_round(
             lambda: Sandbox.objects.get(pk=won.sandbox_id).state == SandboxState.DELETED,
             what="the stored delete resumed",
         )
+
+
+def test_an_idle_offer_is_withdrawn_and_trimmed_and_never_offered_again(
+    make_controller: Callable[..., Controller],
+) -> None:
+    """The same idle rule as the controller's own warm pods (a key idle past the job's
+    ``idle_timeout_s`` loses its pods), on a fake clock: withdrawn, then trimmed, in one
+    round; an idle pod is not offered again on the way."""
+    from sandboxes import events
+    from standin.clock import FakeClock
+
+    clock = FakeClock()
+    with override_settings(SANDMAN_DIRECT_HANDOUT=True):
+        controller = make_controller(
+            clock=clock.monotonic, now=clock.now, sleep=clock.sleep, maintenance_interval_s=None
+        )
+        job = make_job(idle_timeout_s=300)
+        (pod_id,) = prewarm(controller, job.pk, 1)
+        clock.advance(299)
+        assert controller.run_maintenance()["trimmed"] == 0
+        assert books(controller, job.pk)["offered"] == 1
+        clock.advance(1)
+
+        counts = controller.run_maintenance()
+
+        assert counts["trimmed"] == 1
+        assert books(controller, job.pk)["offered"] == 0
+        assert claim(job.pk) is None
+        wait_until(
+            lambda: Sandbox.objects.get(pk=pod_id).state == SandboxState.DELETED,
+            what="the trimmed pod deleted",
+        )
+        assert SandboxEvent.objects.filter(sandbox_id=pod_id, kind=events.TRIMMED).exists()
+        assert Sandbox.objects.get(pk=pod_id).offered_at is None
