@@ -51,6 +51,11 @@ class _Terminate(Exception):
 
 
 def _on_sigterm(signum, frame):
+    # Once only: the provider's death can bring several SIGTERMs (PR_SET_PDEATHSIG follows
+    # the THREAD that spawned us; as each of its threads dies we are re-parented to the
+    # next and signalled again), and a second _Terminate raised in main's clean-up would
+    # cut it short, leaving execd running.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise _Terminate()
 
 
@@ -350,7 +355,10 @@ def main(argv=None):
         _report(ready_fd, f"failed: {exc}")
         return 4
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except _Terminate:  # the first SIGTERM, just now: the handler ignores the rest
+            pass
         _kill_everything_and_reap()
 
 
