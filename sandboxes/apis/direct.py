@@ -2,18 +2,20 @@
 controller, and a release without a verdict is written here (``SANDMAN_DIRECT_HANDOUT``,
 PostgreSQL only; architecture §3.6).
 
-``claim`` runs ``sandboxes.services.offers.sandbox_claim_offered`` in a worker thread: the
+``claim`` runs ``sandboxes.services.offers.sandbox_claim_offered`` on this process's event
+loop, on an async psycopg connection of the loop's own pool (no thread, no ORM I/O): the
 oldest offered pod of the job's key locked with ``SKIP LOCKED``, its execd's ``/health``
-(on this process's event loop, over one shared session of kept connections), then the
-hand-out and its finished acquisition in one commit that notifies the controller. None
+over one shared session of kept connections, then the hand-out, its events, its finished
+acquisition and the notification to the controller, pipelined with the ``COMMIT``. None
 when no offered pod is healthy: the caller then asks the controller, as without it.
+``release`` runs the controller's own release service in a worker thread.
 
 Rules a reader must not break:
 * Only a rollout acquire claims (a grading acquire may need the controller's image-pin
   check and its checked-reuse pods); every other acquire goes to the controller.
 * The claim's answer is the controller's warm answer (``source: "warm"``), and its rows
-  are written by the controller's own hand-out service, so nothing downstream can tell the
-  two paths apart but the time they took.
+  are planned by the controller's own rules (``plan_move``), so nothing downstream can
+  tell the two paths apart but the time they took.
 * The health check runs while the row is locked, bounded by ``HEALTH_TIMEOUT_S`` (the
   controller's own bound); a pod that fails it is never handed out (the controller
   deletes it).
@@ -26,7 +28,7 @@ import time
 import weakref
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from django.utils import timezone
 
@@ -36,6 +38,7 @@ from sandboxes.controller.runtime import AcquireResult
 from sandboxes.providers.local.health import ExecdHealth
 from sandboxes.services.offers import (
     OfferedPod,
+    database_conninfo,
     sandbox_claim_offered,
     sandbox_release_direct,
 )
@@ -43,9 +46,8 @@ from sandboxes.states import Role, SandboxSource
 
 HEALTH_TIMEOUT_S = 5.0  # the controller's own bound on a warm pod's check (Controller)
 
-_checkers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ExecdHealth] = (
-    weakref.WeakKeyDictionary()
-)
+POOL_MAX = 8  # claims in flight per worker process; each holds a connection briefly
+_loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Handles] = weakref.WeakKeyDictionary()
 
 
 async def claim(
@@ -54,6 +56,7 @@ async def claim(
     """A warm pod claimed straight from the database, or None (ask the controller)."""
     if not direct_handout_enabled() or fields.get("role", Role.ROLLOUT) != Role.ROLLOUT:
         return None
+    started = time.monotonic()
     request = AcquireRequest.build(
         job_id=job_id, user_id=user_id, idempotency_key=idempotency_key, **fields
     )
@@ -66,9 +69,16 @@ async def claim(
         "started_at": timezone.now(),
         "idempotency_key": idempotency_key,
     }
-    claimed = await sync_to_async(_claim_in_thread, thread_sensitive=False)(
-        record, time.monotonic()
-    )
+    handle = _handles()
+    async with (await handle.pool()).connection() as conn:
+        claimed = await sandbox_claim_offered(
+            conn=conn,
+            record=record,
+            healthy=handle.healthy,
+            now=timezone.now,
+            clock=time.monotonic,
+            started=started,
+        )
     if claimed is None:
         return None
     pod = claimed.pod
@@ -81,20 +91,6 @@ async def claim(
         wait_ms=claimed.wait_ms,
         queue_ms=0.0,
     )
-
-
-def _claim_in_thread(record: dict[str, Any], started: float) -> Any:
-    close_old_connections()  # as Django does at a request's start and end: this thread
-    try:  # is one of asgiref's executor's, its connection back to the pool after the claim
-
-        def healthy(pod: OfferedPod) -> bool:
-            return bool(async_to_sync(_check)(pod.name, pod.address, pod.token))
-
-        return sandbox_claim_offered(
-            record=record, healthy=healthy, now=timezone.now, clock=time.monotonic, started=started
-        )
-    finally:
-        close_old_connections()
 
 
 async def release(*, sandbox_id: int, outcome: dict[str, Any]) -> bool:
@@ -115,18 +111,45 @@ def _release_in_thread(sandbox_id: int) -> None:
         close_old_connections()
 
 
-async def _check(name: str, address: str, token: str) -> bool:
-    """execd's ``/health``, by the checker of the running loop (its kept connections
-    belong to that loop: one per worker process, one per loop in a test)."""
+class _Handles:
+    """One loop's connection pool (autocommit off: each claim is one transaction) and
+    health checker: their connections belong to that loop."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self._health = ExecdHealth(HEALTH_TIMEOUT_S)
+
+    async def pool(self) -> Any:
+        if self._pool is None:
+            from psycopg_pool import AsyncConnectionPool
+
+            pool = AsyncConnectionPool(
+                database_conninfo(), min_size=1, max_size=POOL_MAX, open=False
+            )
+            await pool.open()
+            self._pool = pool
+        return self._pool
+
+    async def healthy(self, pod: OfferedPod) -> bool:
+        return await self._health.check(pod.name, pod.address, pod.token)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+        await self._health.close()
+
+
+def _handles() -> _Handles:
     loop = asyncio.get_running_loop()
-    checker = _checkers.get(loop)
-    if checker is None:
-        checker = _checkers[loop] = ExecdHealth(HEALTH_TIMEOUT_S)
-    return await checker.check(name, address, token)
+    handles = _loops.get(loop)
+    if handles is None:
+        handles = _loops[loop] = _Handles()
+    return handles
 
 
 async def close() -> None:
-    """Close the running loop's checker (a loop that ends: a test's, a worker's shutdown)."""
-    checker = _checkers.pop(asyncio.get_running_loop(), None)
-    if checker is not None:
-        await checker.close()
+    """Close the running loop's pool and checker (a loop that ends: a test's, a worker's
+    shutdown)."""
+    handles = _loops.pop(asyncio.get_running_loop(), None)
+    if handles is not None:
+        await handles.close()

@@ -42,11 +42,12 @@ from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.runtime import JobRuntime
 from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
-from sandboxes.controller.tasks import TaskOwner
+from sandboxes.controller.tasks import AcquireGate, TaskOwner
 from sandboxes.pool import PoolKey, WarmPod
 from sandboxes.services.deletes import DeleteOrder
 from sandboxes.services.offers import (
     CHANNEL,
+    database_conninfo,
     offers_gone,
     rows_not_in,
     sandbox_clear_offers,
@@ -57,6 +58,11 @@ from sandboxes.states import SandboxState
 
 log = logging.getLogger(__name__)
 LISTEN_RETRY_S = 1.0  # a lost LISTEN connection is opened again after this backoff
+# A web worker's claim or release counts as an acquire in flight this long after the
+# controller hears of it, so the background work it causes (the replacement build, the
+# release's delete) waits for a burst to pass, as it does for the controller's own
+# acquires (tasks.AcquireGate, bounded by its yield_s).
+BURST_QUIET_S = 0.05
 
 
 def direct_handout_enabled() -> bool:
@@ -74,8 +80,10 @@ class Offers:
         runtimes: Runtimes,
         creates: CreateRunner,
         deleter: Deleter,
+        gate: AcquireGate,
     ) -> None:
         self._state = state
+        self._gate = gate
         self._tasks = tasks
         self._runtimes = runtimes
         self._creates = creates
@@ -147,6 +155,8 @@ class Offers:
         rt = self._runtimes.cached(job_id)
         if rt is None:
             return
+        self._gate.started()  # a burst's claims and releases hold background work back
+        self._state.loop.call_later(BURST_QUIET_S, self._gate.ended)
         if what == "released":
             self._released(rt, sandbox_id, order)
             return
@@ -260,7 +270,7 @@ class Listener:
     def _run(self) -> None:
         import psycopg
 
-        params = _conninfo()
+        params = database_conninfo()
         while not self._stop.is_set():
             try:
                 with psycopg.connect(params, autocommit=True) as conn:
@@ -274,17 +284,3 @@ class Listener:
                 self._stop.wait(LISTEN_RETRY_S)
             except RuntimeError:  # the controller's loop is closed: nothing to tell
                 return
-
-
-def _conninfo() -> str:
-    from psycopg.conninfo import make_conninfo
-
-    db = settings.DATABASES["default"]
-    parts = {
-        "dbname": db.get("NAME") or "",
-        "user": db.get("USER") or "",
-        "password": db.get("PASSWORD") or "",
-        "host": db.get("HOST") or "",
-        "port": str(db.get("PORT") or ""),
-    }
-    return make_conninfo(**{k: v for k, v in parts.items() if v})

@@ -81,7 +81,7 @@ class Parts:
         ownership = Ownership(state)
         reuse = ReuseChecker(tasks, state.now, tuning.execd_timeout_s)
         creates = CreateRunner(state, tasks, gate, deleter, ownership, reuse, batcher)
-        offers = Offers(state, tasks, runtimes, creates, deleter)
+        offers = Offers(state, tasks, runtimes, creates, deleter, gate)
         state.warm_listeners.append(offers.offer)
         warm = WarmHandOut(state, tasks, deleter, batcher, tuning.health_timeout_s)
         acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm, batcher, offers)

@@ -25,6 +25,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def publish_now(kind: str, payload: dict[str, Any]) -> None:
+    """Publish at once: for a caller that has just committed on a connection Django does
+    not manage (the direct hand-out's claim)."""
+    live.publish(kind, _plain(payload))
+
+
 def publish_on_commit(kind: str, payload: dict[str, Any]) -> None:
     body = _plain(payload)
 

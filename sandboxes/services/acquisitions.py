@@ -274,22 +274,24 @@ def acquisitions_close_unanswered(
 
 def acquisition_published(acq: Acquisition, now: dt.datetime) -> None:
     """Tell the dashboards of a finished acquisition after the commit."""
-    publish_on_commit(
-        "acquisition",
-        {
-            "acquisition_id": acq.pk,
-            "job_id": acq.job_id,
-            "sandbox_id": acq.sandbox_id,
-            "outcome": acq.outcome,
-            "source": acq.source,
-            "role": acq.role,
-            "key_hash": acq.key_hash,
-            "queue_ms": acq.queue_ms,
-            "create_ms": acq.create_ms,
-            "wait_ms": acq.wait_ms,
-            "at": now,
-        },
-    )
+    publish_on_commit("acquisition", acquisition_message(acq, now))
+
+
+def acquisition_message(acq: Acquisition, now: dt.datetime) -> dict[str, Any]:
+    """The dashboards' ``acquisition`` message of a finished acquisition."""
+    return {
+        "acquisition_id": acq.pk,
+        "job_id": acq.job_id,
+        "sandbox_id": acq.sandbox_id,
+        "outcome": acq.outcome,
+        "source": acq.source,
+        "role": acq.role,
+        "key_hash": acq.key_hash,
+        "queue_ms": acq.queue_ms,
+        "create_ms": acq.create_ms,
+        "wait_ms": acq.wait_ms,
+        "at": now,
+    }
 
 
 def acquisition_finish(

@@ -26,18 +26,22 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
-from sandboxes.models import Job, Sandbox
-from sandboxes.services.batch import HandOut, read_rows, sandbox_hand_out_locked
+from sandboxes import events
+from sandboxes.models import Acquisition, Job, Sandbox
+from sandboxes.services._publish import publish_now
+from sandboxes.services.acquisitions import acquisition_message
+from sandboxes.services.batch import apply_moves_locked, insert_events
 from sandboxes.services.batch_deletes import ReleaseRequest, sandbox_release_many
 from sandboxes.services.moves import hand_out_move
-from sandboxes.services.rawinsert import Statements
-from sandboxes.services.sandboxes import sandbox_mark_healthy
+from sandboxes.services.rawinsert import Statements, prepared_values
+from sandboxes.services.sandboxes import payload
 from sandboxes.states import AcquisitionOutcome, JobState, SandboxSource, SandboxState
 from sandman_site.errors import SandmanError
 
@@ -127,68 +131,142 @@ def offers_gone(*, sandbox_ids: Sequence[int]) -> dict[int, str]:
         return dict(cur.fetchall())
 
 
-def sandbox_claim_offered(
+async def sandbox_claim_offered(
     *,
+    conn: Any,
     record: dict[str, Any],
-    healthy: Callable[[OfferedPod], bool],
+    healthy: Callable[[OfferedPod], Awaitable[bool]],
     now: Callable[[], dt.datetime],
     clock: Callable[[], float],
     started: float,
 ) -> Claimed | None:
-    """Claim and hand out the oldest offered pod of ``record``'s job and key, or None.
+    """Claim and hand out the oldest offered pod of ``record``'s job and key, or None, on
+    ``conn`` (an async psycopg connection of the caller's loop: no thread, no ORM I/O).
 
     ``record`` holds the acquisition's fields (``job_id``, ``user_id``, ``role``, ``image``,
     ``key_hash``, ``started_at``, ``idempotency_key``). ``healthy`` checks the pod while its
     row is locked; one that fails is taken out of the offers and marked unhealthy, the
     controller is told (it deletes the pod), and the next offered pod is tried.
 
-    One claim is ``BEGIN``, the row lock (the whole row, ``SKIP LOCKED``), the check, one
-    send (the row, its events, the notification: ``batch.sandbox_hand_out_locked``), the
-    acquisition's ``INSERT ... RETURNING`` and ``COMMIT``."""
+    Two round trips and the check: ``BEGIN`` with the row lock, then (pipelined) the row,
+    its events, the acquisition, the notification and ``COMMIT``. The writes are planned by
+    the controller's own rules (``moves.plan_move`` through ``batch.apply_moves_locked``,
+    which prepares them without running them) and the dashboards hear of them after the
+    commit, as of the controller's."""
     for _ in range(CLAIM_ATTEMPTS):
-        with transaction.atomic():
-            row = _lock_oldest_offered(record["job_id"], record["key_hash"])
-            if row is None:
-                return None
-            pod = OfferedPod(
-                sandbox_id=row.pk,
-                name=row.name,
-                nonce=row.nonce,
-                backend=row.backend,
-                backend_uid=row.backend_uid,
-                backend_ref=row.backend_ref,
-                address=row.address,
-                token=row.token,
+        async with conn.transaction():
+            cur = await conn.execute(
+                _CLAIM_LOCK,
+                [record["job_id"], record["key_hash"], SandboxState.READY, JobState.ACTIVE],
             )
-            if not healthy(pod):
-                _take_out_unhealthy(pod, record["job_id"], now())
+            found = await cur.fetchone()
+            if found is None:
+                return None
+            row = Sandbox(
+                id=found[0],
+                job_id=found[1],
+                name=found[2],
+                nonce=found[3],
+                backend=found[4],
+                backend_uid=found[5],
+                backend_ref=found[6],
+                address=found[7],
+                token=found[8],
+                key_hash=found[9],
+                image=found[10],
+                role=found[11],
+                source=found[12],
+                state=SandboxState.READY,
+            )
+            pod = OfferedPod(
+                row.pk,
+                row.name,
+                row.nonce,
+                row.backend,
+                row.backend_uid,
+                row.backend_ref,
+                row.address,
+                row.token,
+            )
+            if not await healthy(pod):
+                await _send(conn, _unhealthy_writes(row, now()))
                 continue
             at = now()
-            move = hand_out_move(
-                sandbox_id=pod.sandbox_id,
-                source=SandboxSource.WARM,
-                role=record["role"],
-                now=at,
-                healthy_at=at,
-            )
-            move = dataclasses.replace(move, fields={**move.fields, "offered_at": None})
             wait_ms = (clock() - started) * 1000.0
-            finished = {
-                **record,
-                "outcome": AcquisitionOutcome.OK.value,
-                "queue_ms": 0.0,
-                "wait_ms": wait_ms,
-            }
-            writes = Statements(connection)
-            (answer,) = sandbox_hand_out_locked(
-                locked={row.pk: row}, items=[HandOut(move=move, acquisition=finished)], into=writes
-            )
-            if isinstance(answer, SandmanError):
-                raise answer  # the row is locked and ready: only a broken invariant gets here
-            _notify(f"claimed:{record['job_id']}:{pod.sandbox_id}", into=writes)
-            writes.send()
-            return Claimed(pod=pod, wait_ms=wait_ms)
+            writes, acquisition, message = _claim_writes(row, record, at, wait_ms)
+            acquisition.pk = await _send(conn, writes)
+        publish_now("sandbox.state", message)
+        publish_now("acquisition", acquisition_message(acquisition, at))
+        return Claimed(pod=pod, wait_ms=wait_ms)
     return None
+
+
+_CLAIM_LOCK = (
+    f"SELECT id, job_id, name, nonce, backend, backend_uid, backend_ref, address, token,"
+    f" key_hash, image, role, source FROM {_S}"
+    " WHERE job_id = %s AND key_hash = %s AND state = %s AND offered_at IS NOT NULL"
+    f" AND EXISTS (SELECT 1 FROM {_J} j WHERE j.id = {_S}.job_id AND j.state = %s)"
+    " ORDER BY offered_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+
+
+def _claim_writes(
+    row: Sandbox, record: dict[str, Any], at: dt.datetime, wait_ms: float
+) -> tuple[list[tuple[str, Sequence[Any]]], Acquisition, dict[str, Any]]:
+    """The claim's statements (the acquisition's ``INSERT ... RETURNING id`` last), its
+    acquisition and the dashboards' state message; nothing runs here."""
+    move = hand_out_move(
+        sandbox_id=row.pk, source=SandboxSource.WARM, role=record["role"], now=at, healthy_at=at
+    )
+    move = dataclasses.replace(move, fields={**move.fields, "offered_at": None}, publish=False)
+    db = connections[DEFAULT_DB_ALIAS]
+    writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
+    (answer,) = apply_moves_locked({row.pk: row}, [move], into=writes)
+    if isinstance(answer, SandmanError):
+        raise answer  # the row is locked and ready: only a broken invariant gets here
+    writes.add("SELECT pg_notify(%s, %s)", [CHANNEL, f"claimed:{row.job_id}:{row.pk}"])
+    acquisition = Acquisition(
+        job_id=record["job_id"],
+        user_id=record.get("user_id"),
+        role=record["role"],
+        image=record["image"],
+        key_hash=record["key_hash"],
+        outcome=AcquisitionOutcome.OK,
+        source=SandboxSource.WARM,
+        sandbox_id=row.pk,
+        started_at=record["started_at"],
+        finished_at=at,
+        queue_ms=0.0,
+        wait_ms=wait_ms,
+        idempotency_key=record.get("idempotency_key", ""),
+    )
+    fields, (params,) = prepared_values(db, Acquisition, [acquisition])
+    qn = db.ops.quote_name
+    insert = (
+        f"INSERT INTO {qn(Acquisition._meta.db_table)} ({', '.join(qn(f.column) for f in fields)})"
+        f" VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {qn(Acquisition._meta.pk.column)}"
+    )
+    message = payload(row, previous=SandboxState.READY, at=at)
+    return [*writes.take(), (insert, params)], acquisition, message
+
+
+def _unhealthy_writes(row: Sandbox, at: dt.datetime) -> list[tuple[str, Sequence[Any]]]:
+    """Out of the offers, its ``health_failed`` event, the controller told."""
+    writes = Statements(connections[DEFAULT_DB_ALIAS])
+    writes.add(f"UPDATE {_S} SET offered_at = NULL WHERE id = %s", [row.pk])
+    insert_events([(row.pk, events.HEALTH_FAILED, at, {})], into=writes)
+    writes.add("SELECT pg_notify(%s, %s)", [CHANNEL, f"unhealthy:{row.job_id}:{row.pk}"])
+    return writes.take()
+
+
+async def _send(conn: Any, statements: list[tuple[str, Sequence[Any]]]) -> Any:
+    """Run ``statements`` in one round trip (a pipeline); the last one's first value."""
+    async with conn.pipeline():
+        for sql, params in statements[:-1]:
+            await conn.execute(sql, params)
+        cur = await conn.execute(*statements[-1])
+    found = await cur.fetchone()
+    return None if found is None else found[0]
 
 
 def sandbox_release_direct(*, sandbox_id: int, now: dt.datetime) -> None:
@@ -205,33 +283,25 @@ def sandbox_release_direct(*, sandbox_id: int, now: dt.datetime) -> None:
             raise answer
         row, order, _kept = answer
         tail = "" if order is None else json.dumps(dataclasses.asdict(order))
-        _notify(f"released:{row.job_id}:{row.pk}:{tail}", into=None)
+        _notify(f"released:{row.job_id}:{row.pk}:{tail}")
 
 
-def _lock_oldest_offered(job_id: int, key_hash: str) -> Sandbox | None:
-    """The whole row of the oldest offered pod of an active job's key, locked; None when
-    every such row is taken or locked by another claimant."""
-    rows = read_rows(
-        f"WHERE job_id = %s AND key_hash = %s AND state = %s AND offered_at IS NOT NULL"
-        f" AND EXISTS (SELECT 1 FROM {_J} j WHERE j.id = {_S}.job_id AND j.state = %s)"
-        " ORDER BY offered_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-        [job_id, key_hash, SandboxState.READY, JobState.ACTIVE],
-    )
-    return next(iter(rows.values()), None)
-
-
-def _take_out_unhealthy(pod: OfferedPod, job_id: int, at: dt.datetime) -> None:
+def _notify(payload: str) -> None:
     with connection.cursor() as cur:
-        cur.execute(f"UPDATE {_S} SET offered_at = NULL WHERE id = %s", [pod.sandbox_id])
-    sandbox_mark_healthy(sandbox_id=pod.sandbox_id, now=at, healthy=False)
-    _notify(f"unhealthy:{job_id}:{pod.sandbox_id}", into=None)
+        cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
 
 
-def _notify(payload: str, *, into: Statements | None) -> None:
-    """Sent with ``into``'s writes, or now; delivered at the commit either way."""
-    sql, params = "SELECT pg_notify(%s, %s)", [CHANNEL, payload]
-    if into is not None:
-        into.add(sql, params)
-        return
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
+def database_conninfo() -> str:
+    """libpq's connection string for the default database (a connection Django does not
+    manage: the claims' async pool, the controller's LISTEN)."""
+    from psycopg.conninfo import make_conninfo
+
+    db = settings.DATABASES["default"]
+    parts = {
+        "dbname": db.get("NAME") or "",
+        "user": db.get("USER") or "",
+        "password": db.get("PASSWORD") or "",
+        "host": db.get("HOST") or "",
+        "port": str(db.get("PORT") or ""),
+    }
+    return make_conninfo(**{k: v for k, v in parts.items() if v})

@@ -52,7 +52,7 @@ class Statements:
         self.connection = connection
         self._defer = connection.vendor == "postgresql"
         self._sql: list[str] = []
-        self._params: list[Any] = []
+        self._params: list[Sequence[Any]] = []
 
     def add(self, sql: str, params: Sequence[Any]) -> None:
         if not self._defer:
@@ -60,7 +60,16 @@ class Statements:
                 cursor.execute(sql, params)
             return
         self._sql.append(sql)
-        self._params.extend(params)
+        self._params.append(params)
+
+    def take(self) -> list[tuple[str, Sequence[Any]]]:
+        """The queued statements with their prepared parameters, each apart, and none
+        left queued: for a caller that sends them itself (the direct hand-out's claim, on an
+        async connection; PostgreSQL only)."""
+        assert self._defer, "statements are queued on PostgreSQL only"
+        taken = list(zip(self._sql, self._params, strict=True))
+        self._sql, self._params = [], []
+        return taken
 
     def add_rows(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """``sql`` once per parameter row: a lone row is one statement like any other
@@ -76,7 +85,8 @@ class Statements:
     def send(self) -> None:
         if not self._sql:
             return
-        sql, params = ";\n".join(self._sql), self._params
+        sql = ";\n".join(self._sql)
+        params = [value for one in self._params for value in one]
         self._sql, self._params = [], []
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -181,18 +191,21 @@ def insert_values(
         per, unnest = _UNNEST_CHUNK_ROWS, f"{head} SELECT * FROM UNNEST({', '.join(casts)}){tail}"
     else:
         per = max(1, min(_CHUNK_ROWS, connection.ops.bulk_batch_size(list(fields), list(params))))
+    statements: list[tuple[str, list[Any]]] = []
+    for start in range(0, len(params), per):
+        chunk = params[start : start + per]
+        if casts is not None and len(chunk) > 1:
+            statements.append((unnest, [list(column) for column in zip(*chunk, strict=True)]))
+        else:
+            sql = f"{head} VALUES {', '.join([one] * len(chunk))}{tail}"
+            statements.append((sql, [value for row in chunk for value in row]))
+    if into is not None:  # no cursor here: a caller may prepare off the connection's thread
+        for sql, values in statements:
+            into.add(sql, values)
+        return []
     out: list[list[tuple[Any, ...]]] = []
     with connection.cursor() as cursor:
-        for start in range(0, len(params), per):
-            chunk = params[start : start + per]
-            if casts is not None and len(chunk) > 1:
-                sql, values = unnest, [list(column) for column in zip(*chunk, strict=True)]
-            else:
-                sql = f"{head} VALUES {', '.join([one] * len(chunk))}{tail}"
-                values = [value for row in chunk for value in row]
-            if into is not None:
-                into.add(sql, values)
-                continue
+        for sql, values in statements:
             cursor.execute(sql, values)
             if returning:
                 out.append([tuple(r) for r in cursor.fetchall()])

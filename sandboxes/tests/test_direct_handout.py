@@ -9,6 +9,7 @@ Races are held at gates (a claimant's health check blocked on an event), never t
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +27,7 @@ from sandboxes.controller import Controller
 from sandboxes.controller.runtime import PrewarmKey
 from sandboxes.models import Acquisition, Sandbox, SandboxEvent
 from sandboxes.pool import key_hash
-from sandboxes.services.offers import OfferedPod, sandbox_claim_offered
+from sandboxes.services.offers import OfferedPod, database_conninfo, sandbox_claim_offered
 from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandboxes.tests.controller_support import IMAGE, SPEC, acquire_args, make_job, wait_until
 
@@ -158,9 +159,9 @@ def test_the_controllers_own_acquire_withdraws_an_offer_and_loses_none_to_a_clai
     (pod_id,) = prewarm(direct_controller, job.pk, 1)
     at_check, go_on = threading.Event(), threading.Event()
 
-    def gated(pod: OfferedPod) -> bool:
+    async def gated(pod: OfferedPod) -> bool:
         at_check.set()
-        assert go_on.wait(60)
+        assert await asyncio.to_thread(go_on.wait, 60)
         return True
 
     record = {
@@ -174,16 +175,7 @@ def test_the_controllers_own_acquire_withdraws_an_offer_and_loses_none_to_a_clai
     }
 
     def claimant() -> Any:
-        try:
-            return sandbox_claim_offered(
-                record=record,
-                healthy=gated,
-                now=timezone.now,
-                clock=time.monotonic,
-                started=time.monotonic(),
-            )
-        finally:
-            connections.close_all()
+        return claim_with(record, gated)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         claimed = pool.submit(claimant)
@@ -220,7 +212,7 @@ def test_an_unhealthy_offered_pod_is_skipped_and_deleted_by_the_controller(
     )
     checked: list[int] = []
 
-    def first_fails(pod: OfferedPod) -> bool:
+    async def first_fails(pod: OfferedPod) -> bool:
         checked.append(pod.sandbox_id)
         return pod.sandbox_id != ids[0]
 
@@ -233,13 +225,7 @@ def test_an_unhealthy_offered_pod_is_skipped_and_deleted_by_the_controller(
         "started_at": timezone.now(),
         "idempotency_key": "",
     }
-    won = sandbox_claim_offered(
-        record=record,
-        healthy=first_fails,
-        now=timezone.now,
-        clock=time.monotonic,
-        started=time.monotonic(),
-    )
+    won = claim_with(record, first_fails)
 
     assert checked == ids and won is not None and won.pod.sandbox_id == ids[1]
     assert SandboxEvent.objects.filter(sandbox_id=ids[0], kind="health_failed").exists()
@@ -301,6 +287,24 @@ def test_off_by_default_nothing_is_offered_and_a_claim_asks_nothing(
     assert books(controller, job.pk)["offered"] == 0
     assert claim(job.pk) is None
     assert controller.acquire(**acquire_args(job)).source == "warm"
+
+
+def claim_with(record: dict[str, Any], healthy: Callable[[OfferedPod], Any]) -> Any:
+    """``sandbox_claim_offered`` on a connection of its own, with the test's check."""
+    import psycopg
+
+    async def one() -> Any:
+        async with await psycopg.AsyncConnection.connect(database_conninfo()) as conn:
+            return await sandbox_claim_offered(
+                conn=conn,
+                record=record,
+                healthy=healthy,
+                now=timezone.now,
+                clock=time.monotonic,
+                started=time.monotonic(),
+            )
+
+    return async_to_sync(one)()
 
 
 def key_hash_of_fields() -> str:
