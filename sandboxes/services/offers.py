@@ -162,22 +162,7 @@ async def sandbox_claim_offered(
             found = await cur.fetchone()
             if found is None:
                 return None
-            row = Sandbox(
-                id=found[0],
-                job_id=found[1],
-                name=found[2],
-                nonce=found[3],
-                backend=found[4],
-                backend_uid=found[5],
-                backend_ref=found[6],
-                address=found[7],
-                token=found[8],
-                key_hash=found[9],
-                image=found[10],
-                role=found[11],
-                source=found[12],
-                state=SandboxState.READY,
-            )
+            row = Sandbox(**dict(zip(_CLAIM_COLUMNS, found, strict=True)), state=SandboxState.READY)
             pod = OfferedPod(
                 row.pk,
                 row.name,
@@ -201,9 +186,13 @@ async def sandbox_claim_offered(
     return None
 
 
+# What a claim reads of the row: the pod's identity and what the dashboards' message names.
+_CLAIM_COLUMNS = (
+    "id", "job_id", "name", "nonce", "backend", "backend_uid", "backend_ref", "address",
+    "token", "key_hash", "image", "role", "source",
+)  # fmt: skip
 _CLAIM_LOCK = (
-    f"SELECT id, job_id, name, nonce, backend, backend_uid, backend_ref, address, token,"
-    f" key_hash, image, role, source FROM {_S}"
+    f"SELECT {', '.join(_CLAIM_COLUMNS)} FROM {_S}"
     " WHERE job_id = %s AND key_hash = %s AND state = %s AND offered_at IS NOT NULL"
     f" AND EXISTS (SELECT 1 FROM {_J} j WHERE j.id = {_S}.job_id AND j.state = %s)"
     " ORDER BY offered_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"

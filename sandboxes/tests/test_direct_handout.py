@@ -164,15 +164,7 @@ def test_the_controllers_own_acquire_withdraws_an_offer_and_loses_none_to_a_clai
         assert await asyncio.to_thread(go_on.wait, 60)
         return True
 
-    record = {
-        "job_id": job.pk,
-        "user_id": None,
-        "role": "rollout",
-        "image": IMAGE,
-        "key_hash": key_hash_of_fields(),
-        "started_at": timezone.now(),
-        "idempotency_key": "",
-    }
+    record = claim_record(job.pk)
 
     def claimant() -> Any:
         return claim_with(record, gated)
@@ -216,15 +208,7 @@ def test_an_unhealthy_offered_pod_is_skipped_and_deleted_by_the_controller(
         checked.append(pod.sandbox_id)
         return pod.sandbox_id != ids[0]
 
-    record = {
-        "job_id": job.pk,
-        "user_id": None,
-        "role": "rollout",
-        "image": IMAGE,
-        "key_hash": key_hash_of_fields(),
-        "started_at": timezone.now(),
-        "idempotency_key": "",
-    }
+    record = claim_record(job.pk)
     won = claim_with(record, first_fails)
 
     assert checked == ids and won is not None and won.pod.sandbox_id == ids[1]
@@ -305,6 +289,19 @@ def claim_with(record: dict[str, Any], healthy: Callable[[OfferedPod], Any]) -> 
             )
 
     return async_to_sync(one)()
+
+
+def claim_record(job_id: int) -> dict[str, Any]:
+    """An acquisition's fields, as ``direct.claim`` passes them."""
+    return {
+        "job_id": job_id,
+        "user_id": None,
+        "role": "rollout",
+        "image": IMAGE,
+        "key_hash": key_hash_of_fields(),
+        "started_at": timezone.now(),
+        "idempotency_key": "",
+    }
 
 
 def key_hash_of_fields() -> str:
