@@ -8,7 +8,9 @@ oldest offered pod of the job's key locked with ``SKIP LOCKED``, its execd's ``/
 over one shared session of kept connections, then the hand-out, its events, its finished
 acquisition and the notification to the controller, pipelined with the ``COMMIT``. None
 when no offered pod is healthy: the caller then asks the controller, as without it.
-``release`` runs the controller's own release service in a worker thread.
+``release`` writes a release without a verdict the same way (the row locked, the
+controller's refusals and release plan, the ``PendingDelete`` and a notification with the
+delete's order, pipelined with the ``COMMIT``).
 
 Rules a reader must not break:
 * Only a rollout acquire claims (a grading acquire may need the controller's image-pin
@@ -28,8 +30,6 @@ import time
 import weakref
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections
 from django.utils import timezone
 
 from sandboxes.controller.acquire import AcquireRequest
@@ -96,19 +96,12 @@ async def claim(
 async def release(*, sandbox_id: int, outcome: dict[str, Any]) -> bool:
     """Release without the controller (True), or leave it to the controller (False):
     only a release without a verdict (one with a verdict may keep a grading pod for the
-    controller's reuse check). Its refusals are the controller's (the same service)."""
+    controller's reuse check). Its refusals are the controller's (the same rules)."""
     if not direct_handout_enabled() or outcome.get("verdict") is not None:
         return False
-    await sync_to_async(_release_in_thread, thread_sensitive=False)(sandbox_id)
+    async with (await _handles().pool()).connection() as conn:
+        await sandbox_release_direct(conn=conn, sandbox_id=sandbox_id, now=timezone.now())
     return True
-
-
-def _release_in_thread(sandbox_id: int) -> None:
-    close_old_connections()
-    try:
-        sandbox_release_direct(sandbox_id=sandbox_id, now=timezone.now())
-    finally:
-        close_old_connections()
 
 
 class _Handles:

@@ -344,16 +344,22 @@ def _row_reader(connection: BaseDatabaseWrapper) -> _RowReader:
 
 
 def apply_moves_locked(
-    locked: dict[int, Sandbox], moves: Sequence[SandboxMove], *, into: Statements | None = None
+    locked: dict[int, Sandbox],
+    moves: Sequence[SandboxMove],
+    *,
+    into: Statements | None = None,
+    messages: list[dict[str, Any]] | None = None,
 ) -> list[Outcome]:
     """:func:`sandbox_moves_apply` on rows the caller locked in ITS open transaction. Its
     writes (the rows, the acquisitions' links, the events) go as one send
-    (``rawinsert.Statements``); with ``into``, they are added there for the caller's."""
+    (``rawinsert.Statements``); with ``into``, they are added there for the caller's.
+    The dashboards' state messages are published at Django's commit, or, with
+    ``messages``, appended there for a caller that commits on a connection of its own."""
     stamp = timezone.now()
     dirty: dict[int, Sandbox] = {}
     changed: dict[int, set[str]] = {}
     recorded: list[tuple[int, str, dt.datetime, dict[str, Any]]] = []
-    messages: list[dict[str, Any]] = []
+    told: list[dict[str, Any]] = []
     links: list[tuple[int, int]] = []
     out: list[Outcome] = []
     for move in moves:
@@ -372,7 +378,7 @@ def apply_moves_locked(
         recorded.extend((row.pk, kind, at, detail) for kind, at, detail in planned.events)
         if move.to is not None and move.publish:
             # Taken now: a later move of the same row in this batch changes it again.
-            messages.append(payload(row, previous=planned.previous, at=move.now))
+            told.append(payload(row, previous=planned.previous, at=move.now))
         if move.acquisition_id is not None:
             links.append((move.acquisition_id, row.pk))
         out.append(row)
@@ -382,7 +388,10 @@ def apply_moves_locked(
     insert_events(recorded, into=writes)
     if into is None:
         writes.send()
-    for message in messages:
+    if messages is not None:
+        messages.extend(told)
+        return out
+    for message in told:
         publish_on_commit("sandbox.state", message)
     return out
 

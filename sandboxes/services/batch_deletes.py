@@ -165,17 +165,7 @@ def _pending_orders(
         row = locked[r.sandbox_id]
         if row.name in fresh:
             continue
-        fresh[row.name] = PendingDelete(
-            name=row.name,
-            backend=row.backend,
-            backend_uid=row.backend_uid,
-            backend_ref=row.backend_ref,
-            nonce=row.nonce,
-            sandbox=row,
-            reason=r.reason[:64],
-            created_at=r.now,
-            next_attempt_at=r.now,
-        )
+        fresh[row.name] = pending_row(row, r)
     inserted = insert_new_rows_skipping(PendingDelete, list(fresh.values()), unique="name")
     kept = set(fresh) - inserted
     pending = {name: fresh[name] for name in inserted}
@@ -223,20 +213,8 @@ def sandbox_release_many(*, requests: Sequence[ReleaseRequest]) -> list[Released
                 out.append(refused)
                 continue
             released.add(r.sandbox_id)
-            moves.append(
-                release_move(
-                    sandbox_id=row.pk,
-                    now=r.now,
-                    verdict=r.verdict,
-                    patch_sha256=r.patch_sha256,
-                    suite=r.suite,
-                )
-            )
-            delete: DeleteRequest | None = None
-            if not (r.keep_grading and row.role == Role.GRADING):
-                delete = DeleteRequest(sandbox_id=row.pk, reason="released", now=r.now)
-                begin, _ = _begin_moves(row, delete)  # in use: to deleting, with an order
-                moves.extend(begin)
+            release, delete = release_plan(row, r)
+            moves.extend(release)
             planned.append((len(out), r, delete))
             out.append(None)
         for answer in apply_moves_locked(locked, moves):
@@ -247,6 +225,41 @@ def sandbox_release_many(*, requests: Sequence[ReleaseRequest]) -> list[Released
             order = None if delete is None else orders[r.sandbox_id]
             out[index] = (locked[r.sandbox_id], order, delete is None)
     return [answer for answer in out if answer is not None]
+
+
+def release_plan(row: Sandbox, r: ReleaseRequest) -> tuple[list[SandboxMove], DeleteRequest | None]:
+    """The moves of one release of a row that may be released (``release_refusal``): in
+    use -> released, then, unless a grading pod is kept for a reuse check, -> deleting with
+    the delete it begins (its order's ``PendingDelete`` is the caller's to write)."""
+    moves = [
+        release_move(
+            sandbox_id=row.pk,
+            now=r.now,
+            verdict=r.verdict,
+            patch_sha256=r.patch_sha256,
+            suite=r.suite,
+        )
+    ]
+    if r.keep_grading and row.role == Role.GRADING:
+        return moves, None
+    delete = DeleteRequest(sandbox_id=row.pk, reason="released", now=r.now)
+    begin, _ = _begin_moves(row, delete)  # in use: to deleting, with an order
+    return [*moves, *begin], delete
+
+
+def pending_row(row: Sandbox, r: DeleteRequest) -> PendingDelete:
+    """The ``PendingDelete`` a delete of ``row`` persists (not saved here)."""
+    return PendingDelete(
+        name=row.name,
+        backend=row.backend,
+        backend_uid=row.backend_uid,
+        backend_ref=row.backend_ref,
+        nonce=row.nonce,
+        sandbox=row,
+        reason=r.reason[:64],
+        created_at=r.now,
+        next_attempt_at=r.now,
+    )
 
 
 def sandbox_release_and_begin_delete(

@@ -34,16 +34,17 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from sandboxes import events
-from sandboxes.models import Acquisition, Job, Sandbox
+from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox
 from sandboxes.services._publish import publish_now
 from sandboxes.services.acquisitions import acquisition_message
 from sandboxes.services.batch import apply_moves_locked, insert_events
-from sandboxes.services.batch_deletes import ReleaseRequest, sandbox_release_many
+from sandboxes.services.batch_deletes import ReleaseRequest, pending_row, release_plan
+from sandboxes.services.deletes import pending_order
 from sandboxes.services.moves import hand_out_move
 from sandboxes.services.rawinsert import Statements, prepared_values
-from sandboxes.services.sandboxes import payload
+from sandboxes.services.sandboxes import payload, release_refusal
 from sandboxes.states import AcquisitionOutcome, JobState, SandboxSource, SandboxState
-from sandman_site.errors import SandmanError
+from sandman_site.errors import NotFound, SandmanError
 
 CHANNEL = "sandman_offers"
 CLAIM_ATTEMPTS = 3  # offered pods tried per acquire (an unhealthy one is taken out)
@@ -258,26 +259,56 @@ async def _send(conn: Any, statements: list[tuple[str, Sequence[Any]]]) -> Any:
     return None if found is None else found[0]
 
 
-def sandbox_release_direct(*, sandbox_id: int, now: dt.datetime) -> None:
-    """A release without a verdict, written by the caller itself: the controller's own
-    release service (the row ``deleting`` with its ``PendingDelete``, or its refusal
-    raised), and a ``released`` notification carrying the delete's order, in one commit.
-    The controller sends the delete when it hears of it, else its next round resumes the
-    stored pending delete (§7)."""
-    with transaction.atomic():
-        (answer,) = sandbox_release_many(
-            requests=[ReleaseRequest(sandbox_id=sandbox_id, now=now, keep_grading=False)]
-        )
-        if isinstance(answer, SandmanError):
-            raise answer
-        row, order, _kept = answer
+async def sandbox_release_direct(*, conn: Any, sandbox_id: int, now: dt.datetime) -> None:
+    """A release without a verdict, written by the caller on ``conn`` (an async psycopg
+    connection of its loop): the row locked, the controller's own refusals
+    (``release_refusal``: 404, 409 ``already_released``, ``sandbox_lost``) raised, else its
+    own release plan (``batch_deletes.release_plan``: in use -> released -> deleting) with
+    the ``PendingDelete`` and a ``released`` notification carrying the delete's order,
+    pipelined with the ``COMMIT``: two round trips. The controller sends the delete when it
+    hears of it, else its next round resumes the stored pending delete (§7)."""
+    messages: list[dict[str, Any]] = []
+    async with conn.transaction():
+        cur = await conn.execute(_RELEASE_LOCK, [sandbox_id])
+        found = await cur.fetchone()
+        if found is None:
+            raise NotFound(f"sandbox {sandbox_id} does not exist")
+        row = Sandbox(**dict(zip(_RELEASE_COLUMNS, found, strict=True)))
+        refused = release_refusal(row)
+        if refused is not None:
+            raise refused
+        moves, delete = release_plan(row, ReleaseRequest(sandbox_id=row.pk, now=now))
+        db = connections[DEFAULT_DB_ALIAS]
+        writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
+        for answer in apply_moves_locked({row.pk: row}, moves, into=writes, messages=messages):
+            if isinstance(answer, SandmanError):
+                raise answer  # in use -> released -> deleting is allowed: a broken invariant
+        order = None
+        if delete is not None:
+            pending = pending_row(row, delete)
+            order = pending_order(pending)
+            fields, (params,) = prepared_values(db, PendingDelete, [pending])
+            qn = db.ops.quote_name
+            writes.add(
+                f"INSERT INTO {qn(PendingDelete._meta.db_table)}"
+                f" ({', '.join(qn(f.column) for f in fields)})"
+                f" VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (name) DO NOTHING",
+                params,
+            )
         tail = "" if order is None else json.dumps(dataclasses.asdict(order))
-        _notify(f"released:{row.job_id}:{row.pk}:{tail}")
+        payload_ = f"released:{row.job_id}:{row.pk}:{tail}"
+        writes.add("SELECT pg_notify(%s, %s)", [CHANNEL, payload_])
+        await _send(conn, writes.take())
+    for message in messages:
+        publish_now("sandbox.state", message)
 
 
-def _notify(payload: str) -> None:
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+# What a release reads of the row: its refusals, its plan, its delete's order, the message.
+_RELEASE_COLUMNS = (
+    "id", "job_id", "name", "nonce", "backend", "backend_uid", "backend_ref", "state",
+    "role", "source", "key_hash", "image", "failure_reason", "released_at",
+)  # fmt: skip
+_RELEASE_LOCK = f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM {_S} WHERE id = %s FOR UPDATE"
 
 
 def database_conninfo() -> str:
