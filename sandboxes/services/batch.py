@@ -142,35 +142,25 @@ def sandbox_hand_out_many(*, items: Sequence[HandOut]) -> list[Outcome]:
     meanwhile: ``InvalidTransition``) writes nothing, its acquisition included; a finished
     acquisition with an outcome that is not a finished one refuses its hand-out."""
     with batch_atomic():
+        out: list[Outcome | None] = [None] * len(items)
+        for index, item in enumerate(items):
+            if item.acquisition is not None:
+                out[index] = not_finished(item.acquisition["outcome"])
+        todo = [i for i, answer in enumerate(out) if answer is None]
+        moves = [items[i].move for i in todo]
         writes = Statements(_connection())  # the moves' and acquisitions' writes: one send
-        locked = lock_rows_by_pk({item.move.sandbox_id for item in items})
-        out = sandbox_hand_out_locked(locked=locked, items=items, into=writes)
+        locked = lock_rows_by_pk({m.sandbox_id for m in moves})
+        applied = apply_moves_locked(locked, moves, into=writes)
+        records: list[dict[str, Any]] = []
+        for index, answer in zip(todo, applied, strict=True):
+            out[index] = answer
+            move, record = items[index].move, items[index].acquisition
+            if record is not None and not isinstance(answer, SandmanError):
+                source = move.fields.get("source", "")
+                records.append({**record, "sandbox_id": move.sandbox_id, "source": source})
+                records[-1]["now"] = move.now
+        acquisitions_write(records, into=writes)
         writes.send()
-    return out
-
-
-def sandbox_hand_out_locked(
-    *, locked: dict[int, Sandbox], items: Sequence[HandOut], into: Statements
-) -> list[Outcome]:
-    """:func:`sandbox_hand_out_many` over rows the caller locked in its open transaction
-    (``lock_rows_by_pk``, or the direct hand-out's claim: ``services/offers.py``); the
-    writes nobody reads back are added to ``into`` for the caller to send."""
-    out: list[Outcome | None] = [None] * len(items)
-    for index, item in enumerate(items):
-        if item.acquisition is not None:
-            out[index] = not_finished(item.acquisition["outcome"])
-    todo = [i for i, answer in enumerate(out) if answer is None]
-    moves = [items[i].move for i in todo]
-    applied = apply_moves_locked(locked, moves, into=into)
-    records: list[dict[str, Any]] = []
-    for index, answer in zip(todo, applied, strict=True):
-        out[index] = answer
-        move, record = items[index].move, items[index].acquisition
-        if record is not None and not isinstance(answer, SandmanError):
-            source = move.fields.get("source", "")
-            records.append({**record, "sandbox_id": move.sandbox_id, "source": source})
-            records[-1]["now"] = move.now
-    acquisitions_write(records, into=into)
     return [answer for answer in out if answer is not None]
 
 
@@ -284,19 +274,14 @@ def lock_rows_by_pk(ids: Iterable[int]) -> dict[int, Sandbox]:
     if not ordered:
         return {}
     connection = _connection()
+    reader = _row_reader(connection)
     pk = connection.ops.quote_name(Sandbox._meta.pk.column)
     where, params = member_of(connection, pk, ordered)
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    return read_rows(f"WHERE {where} ORDER BY {pk}{lock}", params)
-
-
-def read_rows(tail: str, params: Sequence[Any]) -> dict[int, Sandbox]:
-    """Whole Sandbox rows of ``SELECT <every column> FROM <its table> <tail>`` (``tail``:
-    the WHERE, ORDER BY and lock clauses), by pk, converted as the ORM would."""
-    connection = _connection()
-    reader = _row_reader(connection)
+    sql = f"{reader.select} WHERE {where} ORDER BY {pk}"
+    if connection.features.has_select_for_update:
+        sql += " FOR UPDATE"
     with connection.cursor() as cursor:
-        cursor.execute(f"{reader.select} {tail}", params)
+        cursor.execute(sql, params)
         fetched = cursor.fetchall()
     out: dict[int, Sandbox] = {}
     for raw in fetched:
@@ -354,7 +339,8 @@ def apply_moves_locked(
     writes (the rows, the acquisitions' links, the events) go as one send
     (``rawinsert.Statements``); with ``into``, they are added there for the caller's.
     The dashboards' state messages are published at Django's commit, or, with
-    ``messages``, appended there for a caller that commits on a connection of its own."""
+    ``messages``, appended there for a caller that commits on a connection of its own
+    (the direct hand-out: ``services/offers.py``)."""
     stamp = timezone.now()
     dirty: dict[int, Sandbox] = {}
     changed: dict[int, set[str]] = {}

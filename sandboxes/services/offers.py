@@ -4,8 +4,12 @@ The controller stamps a never-used warm pod's row ``offered_at`` (:func:`sandbox
 and leaves it alone from then on; a web worker's acquire claims the oldest offered row of
 its job and key (:func:`sandbox_claim_offered`: the row lock with ``SKIP LOCKED``, the
 health check, then the hand-out, its finished acquisition and its events in ONE commit,
-with a notification that tells the controller's books). The controller takes an offer back
-(:func:`sandbox_withdraw_offers`) before it acts on the pod itself.
+with a notification that tells the controller's books), and its release without a
+verdict is written the same way (:func:`sandbox_release_direct`). Both run on the caller's
+event loop, on an async psycopg connection: their writes are PREPARED by the controller's
+own services (``batch.apply_moves_locked`` into ``rawinsert.Statements``) and sent here.
+The controller takes an offer back (:func:`sandbox_withdraw_offers`) before it acts on the
+pod itself.
 
 Invariants a reader must not break:
 * Whoever moves an offered row first owns the pod: a claim moves it ``in_use``, a withdraw
@@ -13,10 +17,9 @@ Invariants a reader must not break:
   never both win (under READ COMMITTED an UPDATE that waited on a claimant's lock re-reads
   the committed row and skips it).
 * A claim hands out only a ``ready`` row that is still offered, of an ``active`` job; the
-  hand-out is written by the same service the controller uses
-  (``batch.sandbox_hand_out_locked``, the core of its ``sandbox_hand_out_many``), so the
-  row, the events, the acquisition and the dashboards' messages are the controller's own,
-  to the field.
+  hand-out is planned by the controller's own rules (``hand_out_move``, ``plan_move``), so
+  the row, the events and the dashboards' messages are the controller's own, to the field;
+  no ORM call runs (one would raise in an async context), only the preparing of values.
 * The notification is sent inside the claim's transaction, so the controller hears of
   exactly the claims that committed, in commit order (``pg_notify``).
 """
