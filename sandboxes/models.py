@@ -152,10 +152,12 @@ class Sandbox(models.Model):
                 name="sandbox_warm_idle",
             ),
             # The direct hand-out's claim: the oldest offered pod of a job's key.
+            # In the claim's order (offered_at, id): a claim reads one entry, not every
+            # offered pod of its key, and sorts nothing (sandboxes.services.offers).
             models.Index(
-                fields=["job", "key_hash", "offered_at"],
+                fields=["job", "key_hash", "offered_at", "id"],
                 condition=Q(state="ready", offered_at__isnull=False),
-                name="sandbox_offered",
+                name="sandbox_offered_order",
             ),
         ]
 

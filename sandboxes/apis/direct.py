@@ -105,7 +105,8 @@ async def release(*, sandbox_id: int, outcome: dict[str, Any]) -> bool:
 
 
 class _Handles:
-    """One loop's connection pool (autocommit off: each claim is one transaction) and
+    """One loop's connection pool (autocommit: each claim sends its own BEGIN and COMMIT
+    in one pipeline, ``offers.pipelined_transaction``) and
     health checker: their connections belong to that loop."""
 
     def __init__(self) -> None:
@@ -117,7 +118,11 @@ class _Handles:
             from psycopg_pool import AsyncConnectionPool
 
             pool = AsyncConnectionPool(
-                database_conninfo(), min_size=1, max_size=POOL_MAX, open=False
+                database_conninfo(),
+                min_size=1,
+                max_size=POOL_MAX,
+                kwargs={"autocommit": True},  # offers.pipelined_transaction's BEGIN/COMMIT
+                open=False,
             )
             await pool.open()
             self._pool = pool

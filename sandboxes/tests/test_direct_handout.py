@@ -290,7 +290,9 @@ def claim_with(record: dict[str, Any], healthy: Callable[[OfferedPod], Any]) -> 
     import psycopg
 
     async def one() -> Any:
-        async with await psycopg.AsyncConnection.connect(database_conninfo()) as conn:
+        async with await psycopg.AsyncConnection.connect(
+            database_conninfo(), autocommit=True
+        ) as conn:
             return await sandbox_claim_offered(
                 conn=conn,
                 record=record,
@@ -301,6 +303,93 @@ def claim_with(record: dict[str, Any], healthy: Callable[[OfferedPod], Any]) -> 
             )
 
     return async_to_sync(one)()
+
+
+def round_trips(trace: str) -> int:
+    """Round trips in a libpq protocol trace: each run of the client's messages (``F``)
+    that the server's (``B``) then answer is one wait for the server."""
+    trips, sending = 0, False
+    for line in trace.splitlines():
+        direction = line.split("\t", 1)[0]
+        if direction == "F":
+            sending = True
+        elif direction == "B" and sending:
+            trips, sending = trips + 1, False
+    return trips
+
+
+def test_a_claim_and_a_release_each_wait_for_the_database_twice(
+    direct_controller: Controller, tmp_path: Any
+) -> None:
+    """Counted from libpq's own protocol trace (``PQtrace``) of the claimant's connection:
+    ``BEGIN`` and the row lock answered together, then the writes and ``COMMIT`` together;
+    the health check runs between the two, with the row locked (another session's
+    ``NOWAIT`` lock of it fails then). A release: the same."""
+    import psycopg
+    from psycopg import errors, pq
+
+    from sandboxes.services.offers import sandbox_release_direct
+
+    job = make_job()
+    prewarm(direct_controller, job.pk, 1)
+    locked_at_check: list[bool] = []
+
+    async def healthy(pod: OfferedPod) -> bool:
+        with psycopg.connect(database_conninfo(), autocommit=True) as other:
+            try:
+                other.execute(
+                    "SELECT id FROM sandboxes_sandbox WHERE id = %s FOR UPDATE NOWAIT",
+                    [pod.sandbox_id],
+                )
+                locked_at_check.append(False)
+            except errors.LockNotAvailable:
+                locked_at_check.append(True)
+        return True
+
+    async def traced(conn: Any, name: str, call: Any) -> tuple[Any, int]:
+        path = tmp_path / name
+        with path.open("w") as sink:
+            conn.pgconn.trace(sink.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            try:
+                result = await call()
+            finally:
+                conn.pgconn.untrace()  # flushes libpq's stream
+        return result, round_trips(path.read_text())
+
+    async def one() -> tuple[Any, int, int]:
+        async with await psycopg.AsyncConnection.connect(
+            database_conninfo(), autocommit=True
+        ) as conn:
+            claimed, claim_trips = await traced(
+                conn,
+                "claim.trace",
+                lambda: sandbox_claim_offered(
+                    conn=conn,
+                    record=claim_record(job.pk),
+                    healthy=healthy,
+                    now=timezone.now,
+                    clock=time.monotonic,
+                    started=time.monotonic(),
+                ),
+            )
+            assert claimed is not None
+            _, release_trips = await traced(
+                conn,
+                "release.trace",
+                lambda: sandbox_release_direct(
+                    conn=conn, sandbox_id=claimed.pod.sandbox_id, now=timezone.now()
+                ),
+            )
+            return claimed, claim_trips, release_trips
+
+    claimed, claim_trips, release_trips = async_to_sync(one)()
+
+    assert locked_at_check == [True]
+    assert (claim_trips, release_trips) == (2, 2)
+    row = Sandbox.objects.get(pk=claimed.pod.sandbox_id)  # both committed
+    assert row.state in (SandboxState.DELETING, SandboxState.DELETED)
+    assert Acquisition.objects.get(job=job).sandbox_id == row.pk
 
 
 def claim_record(job_id: int) -> dict[str, Any]:
