@@ -284,6 +284,26 @@ class JobPool:
         self.checking[pod.sandbox_id] = key
         return pod
 
+    def take_offered_to_evict(self, key: PoolKey) -> WarmPod | None:
+        """What :meth:`admit` would evict for an acquire of ``key`` at ``max_live`` when
+        no warm pod of another key is left but offered ones are: the longest-idle offered
+        pod of another key (:meth:`_oldest_warm`'s order), into ``checking`` while the
+        caller withdraws its offer (:meth:`withdrawn` puts a won one in ``warm``, where
+        :meth:`admit` evicts it). None when :meth:`admit` needs none or none is offered."""
+        if (
+            self.draining
+            or self.live_count < self.limits.max_live
+            or self._oldest_warm(excluding=key) is not None
+        ):
+            return None
+        pods = [pod for pod in self.offered.values() if pod.key != key and not pod.stamping]
+        if not pods:
+            return None
+        pod = min(pods, key=lambda p: self.last_request.get(p.key, p.since))
+        del self.offered[pod.sandbox_id]
+        self.checking[pod.sandbox_id] = pod.key
+        return pod
+
     def offer_back(self, pod: WarmPod) -> None:
         """A withdraw whose answer never came (:meth:`take_offered`'s pod): offered again,
         as far as the books know (the next round reads the row)."""

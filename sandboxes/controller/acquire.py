@@ -288,6 +288,9 @@ class Acquirer:
                 return result, True
         self._state.addresses.check()  # under the address floor: refused before any create
         await asyncio.shield(opened)  # the row is on record before a create is admitted
+        # At the cap, an offered pod of another key is evicted as a warm one would be; no
+        # await between its withdraw and the admission that evicts it.
+        await self._offers.make_room(rt, key)
         admission = rt.pool.admit(key, purpose=Purpose.ACQUIRE, role=req.role)
         if admission.ticket is None:
             raise PoolCapReached(

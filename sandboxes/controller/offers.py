@@ -213,6 +213,27 @@ class Offers:
             self._follow(rt, pod.sandbox_id, state, reason="offer_lost")
         return None
 
+    async def make_room(self, rt: JobRuntime, key: PoolKey) -> None:
+        """Before an acquire's admission at ``max_live``: the offer of the pod the
+        admission would evict (``pool.take_offered_to_evict``) taken back, so the pod is
+        the controller's warm pod again and the admission evicts it, as it evicts its
+        own. An offer a claimant won meanwhile is followed, and the next one tried."""
+        if not self.enabled:
+            return
+        while (pod := rt.pool.take_offered_to_evict(key)) is not None:
+            try:
+                won, others = await self._tasks.db_now(
+                    sandbox_withdraw_offers, sandbox_ids=[pod.sandbox_id]
+                )
+            except BaseException:
+                rt.pool.offer_back(pod)  # unknown: the next round reads the row
+                raise
+            if won:
+                rt.pool.withdrawn(pod)
+                return
+            state = others.get(pod.sandbox_id, SandboxState.DELETED)
+            self._follow(rt, pod.sandbox_id, state, reason="offer_lost")
+
     async def round(self) -> int:
         """Maintenance: follow what notifications missed, withdraw idle offers (the trim
         that follows deletes them), offer what is warm. Returns the pods followed."""

@@ -557,3 +557,34 @@ def test_an_idle_offer_is_withdrawn_and_trimmed_and_never_offered_again(
         )
         assert SandboxEvent.objects.filter(sandbox_id=pod_id, kind=events.TRIMMED).exists()
         assert Sandbox.objects.get(pk=pod_id).offered_at is None
+
+
+def test_an_acquire_at_the_cap_evicts_an_offered_pod_of_another_key_as_a_warm_one(
+    direct_controller: Controller,
+) -> None:
+    """The controller's rule at ``max_live`` (the longest-idle warm pod of ANOTHER key is
+    deleted to make room, ``pool.admit``) holds when that pod is offered: the offer is
+    withdrawn first, then the pod is evicted; the acquire gets a new sandbox, not 429."""
+    from sandboxes import events
+
+    job = make_job(max_live=2)
+    offered = set(prewarm(direct_controller, job.pk, 2))
+    other = acquire_args(job, cpu_millis=SPEC["cpu_millis"] * 2)  # another key
+
+    result = direct_controller.acquire(**other)
+
+    assert result.source == "created"
+    evicted = [
+        pk
+        for pk in offered
+        if SandboxEvent.objects.filter(sandbox_id=pk, kind=events.EVICTED).exists()
+    ]
+    assert len(evicted) == 1
+    (kept,) = offered - set(evicted)
+    wait_until(
+        lambda: Sandbox.objects.get(pk=evicted[0]).state == SandboxState.DELETED,
+        what="the evicted pod deleted",
+    )
+    assert Sandbox.objects.get(pk=evicted[0]).offered_at is None  # withdrawn, never claimable
+    assert Sandbox.objects.get(pk=kept).offered_at is not None  # the other offer stands
+    assert books(direct_controller, job.pk)["offered"] == 1

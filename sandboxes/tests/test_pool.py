@@ -107,6 +107,31 @@ def test_an_acquire_at_the_cap_evicts_the_longest_idle_warm_pod_of_another_key()
     assert not p.admit(key(cpu=300), purpose=Purpose.WARM).admitted  # builds never evict
 
 
+def test_at_the_cap_the_offer_to_evict_is_the_longest_idle_of_another_key_and_only_then():
+    clock = FakeClock()
+    p = pool(clock, max_live=3)
+    for sandbox_id, cpu in ((1, 100), (2, 200)):
+        p.note_request(key(cpu=cpu))
+        warm_up(p, key(cpu=cpu), sandbox_id, clock)
+        clock.advance(10)
+    p.stamped(p.offer_all(), {1, 2})
+    assert p.take_offered_to_evict(key()) is None  # under the cap: nothing to evict
+    p.note_request(key())
+    warm_up(p, key(), 3, clock)  # at the cap, a warm pod of another key than cpu=100's
+    assert p.take_offered_to_evict(key(cpu=100)) is None  # admit evicts that warm pod
+
+    assert p.take_offered_to_evict(key(cpu=300)) is None  # pod 3 is warm: admit takes it
+
+    p.stamped(p.offer_all(), {3})
+    pod = p.take_offered_to_evict(key(cpu=300))
+    assert pod is not None and pod.sandbox_id == 1  # the longest idle, into checking
+    assert 1 in p.checking and 1 not in p.offered
+    p.withdrawn(pod)
+    admission = p.admit(key(cpu=300), purpose=Purpose.ACQUIRE)
+    assert admission.admitted and admission.evicted.sandbox_id == 1
+    assert p.live_count == 3  # one offered pod evicted, one create admitted
+
+
 def test_a_create_for_a_waiting_acquire_is_handed_out_and_a_late_one_becomes_warm():
     clock = FakeClock()
     p = pool(clock)
