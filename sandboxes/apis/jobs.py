@@ -365,7 +365,7 @@ async def acquire_answer(
                 job_id=job_id, user_id=user_id, idempotency_key=key or "", **fields
             )
         access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
-        return dict(JobAcquireApi.OutputSerializer(result).data)
+        return acquire_body(result)
 
     if key is None:
         return await acquire()
@@ -379,19 +379,32 @@ async def acquire_answer(
     )
 
 
+def acquire_body(result: AcquireResult) -> dict[str, Any]:
+    """``JobAcquireApi.OutputSerializer(result).data``, built without a serializer instance
+    (DRF deep-copies its declared fields per instance: ~0.2 ms of the hot route's CPU).
+    The serializer stays the schema; a test holds the two equal for every source."""
+    return {
+        "sandbox_id": int(result.sandbox_id),
+        "name": str(result.name),
+        "address": str(result.address),
+        "token": str(result.token),
+        "source": str(result.source),
+        "wait_ms": float(result.wait_ms),
+        "queue_ms": float(result.queue_ms),
+    }
+
+
 def _recovered_answer(recovered: Recovered) -> dict[str, Any]:
-    return dict(
-        JobAcquireApi.OutputSerializer(
-            AcquireResult(
-                sandbox_id=recovered.sandbox_id,
-                name=recovered.name,
-                address=recovered.address,
-                token=recovered.token,
-                source=recovered.source,
-                wait_ms=0.0,
-                queue_ms=0.0,
-            )
-        ).data
+    return acquire_body(
+        AcquireResult(
+            sandbox_id=recovered.sandbox_id,
+            name=recovered.name,
+            address=recovered.address,
+            token=recovered.token,
+            source=recovered.source,
+            wait_ms=0.0,
+            queue_ms=0.0,
+        )
     )
 
 

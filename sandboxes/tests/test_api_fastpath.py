@@ -193,6 +193,29 @@ async def test_what_the_fast_path_cannot_judge_from_memory_goes_to_django_unchan
     assert status == 400 and len(app.paths) == before + 1  # Django's DisallowedHost answer
 
 
+async def test_a_body_validated_before_is_still_refused_once_its_image_is_gone(trainer, tmp_path):
+    """The fast path remembers what a body validated to, but the image's check with the
+    backend runs on every call: a template removed since is the view's 400."""
+    import shutil
+
+    app, fast, acquire, _, _ = await _primed(trainer)
+    template = tmp_path / "template"
+    template.mkdir()
+    (template / "README").write_text("a task\n")
+    body = {"image": f"file://{template}", "spec": SPEC, "timeout_s": 60}
+    before = len(app.paths)
+    for _ in range(2):  # validated, then remembered
+        status, _, answer = await post(fast, acquire, trainer["token"], body)
+        assert status == 200, answer
+    assert len(app.paths) == before  # both answered by the fast path
+    shutil.rmtree(template)
+
+    status, _, refused = await post(fast, acquire, trainer["token"], body)
+
+    assert (status, refused["error"]) == (400, "unknown_image")
+    assert len(app.paths) == before + 1  # the view answered, as it answers a new body
+
+
 async def test_a_controller_refusal_on_the_fast_path_is_the_views_json_error(trainer):
     app, fast, acquire, good, first = await _primed(trainer)
     drain = f"/api/v1/jobs/{trainer['job_id']}/drain/"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sandboxes.models import Job
+from sandboxes.states import SandboxSource
 from sandboxes.tests.api_support import api, job_payload, make_job, make_user, row_counts
 
 pytestmark = pytest.mark.django_db
@@ -166,3 +167,26 @@ def test_a_warm_target_above_the_live_cap_is_refused_by_the_service_with_a_400(a
     assert response.json()["error"] == "invalid"
     assert "per_key" in response.json()["detail"]
     assert row_counts() == before
+
+
+@pytest.mark.parametrize("source", [*SandboxSource.values, SandboxSource.WARM])
+def test_the_acquire_answer_body_is_the_output_serializers_to_the_type(source):
+    """``acquire_body`` builds the hot route's answer without a serializer instance; the
+    serializer is the schema, so the two must agree on every field and its type."""
+    from sandboxes.apis.jobs import JobAcquireApi, acquire_body
+    from sandboxes.controller.runtime import AcquireResult
+
+    result = AcquireResult(
+        sandbox_id=7,
+        name="sm-1-abc",
+        address="10.0.0.7:8123",
+        token="t0ken",
+        source=source,
+        wait_ms=3,  # an int where a float is declared: both give 3.0
+        queue_ms=0.25,
+    )
+
+    expected = dict(JobAcquireApi.OutputSerializer(result).data)
+    body = acquire_body(result)
+    assert body == expected
+    assert {k: type(v) for k, v in body.items()} == {k: type(v) for k, v in expected.items()}
