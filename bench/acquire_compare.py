@@ -10,7 +10,8 @@ headline figures beside issue 13's targets.
 
 Results: ``bench/results/acquire_compare.json`` (``--out``).
 Usage: ``python scripts/with_postgres.py -- python bench/acquire_compare.py
-[--baseline REV] [--rounds 3] [--keyed] [--out FILE]``
+[--baseline REV] [--rounds 3] [--keyed] [--direct] [--out FILE]`` (``--keyed`` and ``--direct``
+are passed to both trees' runs).
 """
 
 from __future__ import annotations
@@ -46,11 +47,9 @@ def figure(run: dict[str, Any], path: tuple[str, ...]) -> Any:
     return value
 
 
-def run_once(tree: Path, tag: str, tmp: Path, keyed: bool) -> dict[str, Any]:
+def run_once(tree: Path, tag: str, tmp: Path, flags: list[str]) -> dict[str, Any]:
     out = tmp / f"{tag}-{time.monotonic_ns()}.json"
-    cmd = [sys.executable, "bench/acquire_latency.py", "--out", str(out)]
-    if keyed:
-        cmd.append("--keyed")
+    cmd = [sys.executable, "bench/acquire_latency.py", "--out", str(out), *flags]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     (run,) = json.loads(out.read_text())["runs"].values()
@@ -62,8 +61,10 @@ def main() -> None:
     parser.add_argument("--baseline", default="2a2e5ea")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keyed", action="store_true", help="acquire_latency.py --keyed")
+    parser.add_argument("--direct", action="store_true", help="acquire_latency.py --direct")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/acquire_compare.json")
     args = parser.parse_args()
+    flags = [f for f, on in (("--keyed", args.keyed), ("--direct", args.direct)) if on]
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
     ).stdout.strip()
@@ -80,8 +81,8 @@ def main() -> None:
         bench = "bench/acquire_latency.py"
         (base / bench).write_text((ROOT / bench).read_text())
         for _ in range(args.rounds):
-            runs.append(run_once(base, "baseline", tmp, args.keyed))
-            runs.append(run_once(ROOT, "this", tmp, args.keyed))
+            runs.append(run_once(base, "baseline", tmp, flags))
+            runs.append(run_once(ROOT, "this", tmp, flags))
     summary: dict[str, Any] = {}
     for tag in ("baseline", "this"):
         mine = [r for r in runs if r["tree"] == tag]
@@ -93,7 +94,7 @@ def main() -> None:
     result = {
         "benchmark": "acquire_compare",
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "what": f"bench/acquire_latency.py{' --keyed' if args.keyed else ''}, baseline "
+        "what": f"bench/acquire_latency.py{''.join(' ' + f for f in flags)}, baseline "
         f"{args.baseline} and this tree ({head}) alternating, {args.rounds} runs each",
         "server": runs[0]["server"],
         "settings": runs[0]["settings"],
