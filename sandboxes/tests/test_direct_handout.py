@@ -329,6 +329,7 @@ def test_a_claim_and_a_release_each_wait_for_the_database_twice(
     from psycopg import errors, pq
 
     from sandboxes.services.offers import sandbox_release_direct
+    from sandman_site.errors import AlreadyReleased
 
     job = make_job()
     prewarm(direct_controller, job.pk, 1)
@@ -381,6 +382,14 @@ def test_a_claim_and_a_release_each_wait_for_the_database_twice(
                     conn=conn, sandbox_id=claimed.pod.sandbox_id, now=timezone.now()
                 ),
             )
+            # A refusal raised inside the transaction rolls it back: the connection is
+            # idle and usable again (the pool hands it to the next claim).
+            with pytest.raises(AlreadyReleased):
+                await sandbox_release_direct(
+                    conn=conn, sandbox_id=claimed.pod.sandbox_id, now=timezone.now()
+                )
+            assert conn.info.transaction_status == pq.TransactionStatus.IDLE
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
             return claimed, claim_trips, release_trips
 
     claimed, claim_trips, release_trips = async_to_sync(one)()
