@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from django.utils import timezone
@@ -37,6 +38,7 @@ from sandboxes.controller.offers import direct_handout_enabled
 from sandboxes.controller.runtime import AcquireResult
 from sandboxes.providers.local.health import ExecdHealth
 from sandboxes.services.offers import (
+    KeyedClaim,
     OfferedPod,
     database_conninfo,
     sandbox_claim_offered,
@@ -51,9 +53,18 @@ _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Handles] = weakref
 
 
 async def claim(
-    *, job_id: int, user_id: int | None, idempotency_key: str, fields: dict[str, Any]
+    *,
+    job_id: int,
+    user_id: int | None,
+    idempotency_key: str,
+    fields: dict[str, Any],
+    record_answer: Callable[[AcquireResult], dict[str, Any]] | None = None,
 ) -> AcquireResult | None:
-    """A warm pod claimed straight from the database, or None (ask the controller)."""
+    """A warm pod claimed straight from the database, or None (ask the controller).
+
+    With ``record_answer`` (a keyed call: the answer to record for a result, token-free)
+    the key's history is read with the lock and the answer recorded in the hand-out's
+    commit; ``KeySeen`` when the key has a history (nothing claimed: replay or recover)."""
     if not direct_handout_enabled() or fields.get("role", Role.ROLLOUT) != Role.ROLLOUT:
         return None
     started = time.monotonic()
@@ -69,6 +80,11 @@ async def claim(
         "started_at": timezone.now(),
         "idempotency_key": idempotency_key,
     }
+    keyed = None
+    if record_answer is not None:
+        keyed = KeyedClaim(
+            key=idempotency_key, answer=lambda pod, wait_ms: record_answer(_result(pod, wait_ms))
+        )
     handle = _handles()
     async with (await handle.pool()).connection() as conn:
         claimed = await sandbox_claim_offered(
@@ -78,17 +94,20 @@ async def claim(
             now=timezone.now,
             clock=time.monotonic,
             started=started,
+            keyed=keyed,
         )
-    if claimed is None:
-        return None
-    pod = claimed.pod
+    return None if claimed is None else _result(claimed.pod, claimed.wait_ms)
+
+
+def _result(pod: OfferedPod, wait_ms: float) -> AcquireResult:
+    """The controller's warm answer for a claimed pod."""
     return AcquireResult(
         sandbox_id=pod.sandbox_id,
         name=pod.name,
         address=pod.address,
         token=pod.token,
         source=SandboxSource.WARM.value,
-        wait_ms=claimed.wait_ms,
+        wait_ms=wait_ms,
         queue_ms=0.0,
     )
 

@@ -72,13 +72,18 @@ async def run_once(
     call: Callable[[Any], Awaitable[dict[str, Any]]],
     sandbox_of: Callable[[dict[str, Any]], int | None],
     before: Callable[[], Any] | None = None,
+    fast: Callable[[], Awaitable[dict[str, Any] | None]] | None = None,
 ) -> dict[str, Any]:
     """``call``'s answer, run at most once per key (see the module docstring).
 
     ``before`` (an acquire's restart recovery: a read, and a claim if it finds one) runs
     in the SAME request-thread hop as the recorded answer's read, only if nothing is
     recorded; ``call`` gets its result (None without one). One hop fewer per keyed call: each
-    ``sync_to_async`` is a hand-off to the worker's one request thread and back."""
+    ``sync_to_async`` is a hand-off to the worker's one request thread and back.
+
+    ``fast`` (a direct claim: the key's history read and its answer recorded in the
+    hand-out's own transaction, no request-thread hop) runs first; its answer is final
+    and already recorded; None sends the call the usual way (read, call, record)."""
     slot = (route, scope, key)
     with _running_lock:
         running = _running.get(slot)
@@ -96,11 +101,13 @@ async def run_once(
 
     async def once() -> dict[str, Any]:
         try:
-            recorded, prior = await sync_to_async(read)()
-            if recorded is not None:
-                answer = recorded
+            answer = None if fast is None else await fast()
+            if answer is not None:
+                pass  # recorded with its effect
+            elif (found := await sync_to_async(read)())[0] is not None:
+                answer = found[0]
             else:
-                answer = await call(prior)
+                answer = await call(found[1])
                 await _record(route, scope, key, answer, sandbox_of(answer))
         except BaseException as exc:
             mine.set_exception(exc)
@@ -115,10 +122,15 @@ async def run_once(
     return await asyncio.shield(asyncio.ensure_future(once()))
 
 
+def recorded_form(answer: dict[str, Any]) -> dict[str, Any]:
+    """What is recorded of an answer: all but the token (a replay reads it from the row)."""
+    return {k: v for k, v in answer.items() if k != "token"}
+
+
 async def _record(
     route: str, scope: int, key: str, answer: dict[str, Any], sandbox_id: int | None
 ) -> None:
-    public = {k: v for k, v in answer.items() if k != "token"}
+    public = recorded_form(answer)
     try:
         await sync_to_async(idempotent_call_record)(
             route=route,

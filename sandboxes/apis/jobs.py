@@ -36,6 +36,7 @@ from sandboxes.apis.common import (
 from sandboxes.controller.runtime import AcquireResult
 from sandboxes.models import Job
 from sandboxes.services.jobs import job_delete
+from sandboxes.services.offers import KeySeen
 from sandboxes.services.recovery import Recovered, acquisition_recover
 from sandboxes.states import Egress, Role, SandboxSource
 from sandman_site.errors import AcquireTimeout, JobNotDrained
@@ -369,6 +370,25 @@ async def acquire_answer(
 
     if key is None:
         return await acquire()
+
+    async def claimed_and_recorded() -> dict[str, Any] | None:
+        # A direct claim reads the key's history with its lock and records the answer in
+        # its commit; a key with a history (KeySeen), or no offered pod, goes the usual way.
+        try:
+            result = await direct.claim(
+                job_id=job_id,
+                user_id=user_id,
+                idempotency_key=key,
+                fields=fields,
+                record_answer=lambda r: idempotency.recorded_form(acquire_body(r)),
+            )
+        except KeySeen:
+            return None
+        if result is None:
+            return None
+        access.remember_sandbox(sandbox_id=result.sandbox_id, job_id=job_id)
+        return acquire_body(result)
+
     return await idempotency.run_once(
         route="acquire",
         scope=job_id,
@@ -376,6 +396,7 @@ async def acquire_answer(
         call=acquire,
         sandbox_of=lambda a: int(a["sandbox_id"]),
         before=lambda: acquisition_recover(job_id=job_id, key=key, now=timezone.now()),
+        fast=claimed_and_recorded,
     )
 
 

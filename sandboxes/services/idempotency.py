@@ -34,6 +34,34 @@ def idempotent_call_record(
     an ORM create cost three round trips and the ORM's insert compiler on a request thread."""
     meta = IdempotentCall._meta
     qn = connection.ops.quote_name
+    insert, params = idempotent_call_insert(
+        route=route, scope=scope, key=key, answer=answer, sandbox_id=sandbox_id, now=now
+    )
+    unique = ", ".join(qn(_concrete(name).column) for name in ("route", "scope", "key"))
+    sql = f"{insert} ON CONFLICT ({unique}) DO NOTHING RETURNING {qn(meta.pk.column)}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        inserted = cursor.fetchone()
+    if inserted is not None:
+        return answer
+    first = IdempotentCall.objects.get(route=route, scope=scope, key=key)
+    return dict(first.answer)
+
+
+def idempotent_call_insert(
+    *,
+    route: str,
+    scope: int,
+    key: str,
+    answer: dict[str, Any],
+    sandbox_id: int | None,
+    now: dt.datetime,
+) -> tuple[str, list[Any]]:
+    """The record's plain ``INSERT`` and its prepared parameters, not run: a direct claim
+    sends it in its own commit, where a key recorded first by another call is a unique
+    violation that undoes the hand-out (``services.offers``)."""
+    meta = IdempotentCall._meta
+    qn = connection.ops.quote_name
     values = {
         "route": route,
         "scope": scope,
@@ -44,20 +72,20 @@ def idempotent_call_record(
     }
     fields = [_concrete(name) for name in values]
     columns = ", ".join(qn(f.column) for f in fields)
-    unique = ", ".join(qn(_concrete(name).column) for name in ("route", "scope", "key"))
     marks = ", ".join(["%s"] * len(fields))
-    sql = (
-        f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks}) "
-        f"ON CONFLICT ({unique}) DO NOTHING RETURNING {qn(meta.pk.column)}"
-    )
     params = [f.get_db_prep_save(values[f.name], connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        inserted = cursor.fetchone()
-    if inserted is not None:
-        return answer
-    first = IdempotentCall.objects.get(route=route, scope=scope, key=key)
-    return dict(first.answer)
+    return f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks})", params
+
+
+def idempotent_call_seen_query(*, route: str, scope: int, key: str) -> tuple[str, list[Any]]:
+    """``SELECT 1`` when the key has a recorded answer (not run here)."""
+    qn = connection.ops.quote_name
+    cols = {name: qn(_concrete(name).column) for name in ("route", "scope", "key")}
+    sql = (
+        f"SELECT 1 FROM {qn(IdempotentCall._meta.db_table)} WHERE {cols['route']} = %s"
+        f" AND {cols['scope']} = %s AND {cols['key']} = %s"
+    )
+    return sql, [route, scope, key]
 
 
 def _concrete(name: str) -> Field[Any, Any]:

@@ -36,6 +36,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from psycopg.errors import UniqueViolation
 from psycopg.pq import TransactionStatus
 
 from sandboxes import events
@@ -45,8 +46,10 @@ from sandboxes.services.acquisitions import acquisition_message
 from sandboxes.services.batch import apply_moves_locked, insert_events
 from sandboxes.services.batch_deletes import ReleaseRequest, pending_row, release_plan
 from sandboxes.services.deletes import pending_order
+from sandboxes.services.idempotency import idempotent_call_insert, idempotent_call_seen_query
 from sandboxes.services.moves import hand_out_move
 from sandboxes.services.rawinsert import Statements, prepared_values
+from sandboxes.services.recovery import handed_out_query
 from sandboxes.services.sandboxes import payload, release_refusal
 from sandboxes.states import AcquisitionOutcome, JobState, SandboxSource, SandboxState
 from sandman_site.errors import NotFound, SandmanError
@@ -76,6 +79,22 @@ class OfferedPod:
 class Claimed:
     pod: OfferedPod
     wait_ms: float
+
+
+@dataclass(frozen=True)
+class KeyedClaim:
+    """A claim for an acquire sent with an ``Idempotency-Key``: the key's history is read
+    with the lock (a recorded answer, an earlier hand-out: :class:`KeySeen`), and the
+    call's answer is recorded in the hand-out's own commit (``answer``: the recorded
+    answer, never a token, for the pod and its wait)."""
+
+    key: str
+    answer: Callable[[OfferedPod, float], dict[str, Any]]
+
+
+class KeySeen(Exception):  # noqa: N818 - a signal to the caller, not a failure
+    """The key has a history (a recorded answer, an earlier hand-out, or a call that
+    recorded it first): nothing was claimed; the caller replays or recovers it."""
 
 
 def sandbox_offer_many(*, sandbox_ids: Sequence[int], now: dt.datetime) -> list[int]:
@@ -145,6 +164,7 @@ async def sandbox_claim_offered(
     now: Callable[[], dt.datetime],
     clock: Callable[[], float],
     started: float,
+    keyed: KeyedClaim | None = None,
 ) -> Claimed | None:
     """Claim and hand out the oldest offered pod of ``record``'s job and key, or None, on
     ``conn`` (an async psycopg connection of the caller's loop: no thread, no ORM I/O).
@@ -155,48 +175,98 @@ async def sandbox_claim_offered(
     controller is told (it deletes the pod), and the next offered pod is tried.
 
     Two round trips and the check: ``BEGIN`` with the row lock, then (pipelined) the row,
-    its events, the acquisition, the notification and ``COMMIT``. The writes are planned by
-    the controller's own rules (``moves.plan_move`` through ``batch.apply_moves_locked``,
-    which prepares them without running them) and the dashboards hear of them after the
-    commit, as of the controller's."""
+    its events, the acquisition, the notification and ``COMMIT``. With ``keyed``, the
+    key's history goes out with the lock and its record with the commit: still two, where
+    the key's read and record took two request-thread hops and two round trips more
+    (raises :class:`KeySeen` when the key has a history; nothing is claimed then). The
+    writes are planned by the controller's own rules (``moves.plan_move`` through
+    ``batch.apply_moves_locked``, which prepares them without running them) and the
+    dashboards hear of them after the commit, as of the controller's."""
     for _ in range(CLAIM_ATTEMPTS):
-        async with pipelined_transaction(conn):
-            cur = await conn.execute(
-                _CLAIM_LOCK,
-                {
-                    "job": record["job_id"],
-                    "key": record["key_hash"],
-                    "ready": SandboxState.READY,
-                    "active": JobState.ACTIVE,
-                },
-            )
-            found = await cur.fetchone()
-            if found is None:
-                return None
-            row = Sandbox(**dict(zip(_CLAIM_COLUMNS, found, strict=True)), state=SandboxState.READY)
-            pod = OfferedPod(
-                row.pk,
-                row.name,
-                row.nonce,
-                row.backend,
-                row.backend_uid,
-                row.backend_ref,
-                row.address,
-                row.token,
-            )
-            if not await healthy(pod):
-                await _queue(conn, _unhealthy_writes(row, now()))
-                continue
-            at = now()
-            wait_ms = (clock() - started) * 1000.0
-            writes, acquisition, message = _claim_writes(row, record, at, wait_ms)
-            inserted = await _queue(conn, writes)
-        found = await inserted.fetchone()  # it came back with the COMMIT
-        acquisition.pk = found[0]
-        publish_now("sandbox.state", message)
-        publish_now("acquisition", acquisition_message(acquisition, at))
-        return Claimed(pod=pod, wait_ms=wait_ms)
+        try:
+            claimed = await _claim_once(conn, record, healthy, now, clock, started, keyed)
+        except UniqueViolation as exc:
+            if keyed is None or exc.diag.constraint_name != _KEY_CONSTRAINT:
+                raise
+            raise KeySeen(keyed.key) from None  # recorded first by a concurrent call
+        if claimed is not _UNHEALTHY:
+            return claimed  # type: ignore[return-value]
     return None
+
+
+_UNHEALTHY = object()  # an attempt's pod failed its check: the next offered pod is tried
+_KEY_CONSTRAINT = "idempotent_call_route_scope_key"
+
+
+async def _claim_once(
+    conn: Any,
+    record: dict[str, Any],
+    healthy: Callable[[OfferedPod], Awaitable[bool]],
+    now: Callable[[], dt.datetime],
+    clock: Callable[[], float],
+    started: float,
+    keyed: KeyedClaim | None,
+) -> Claimed | object | None:
+    """One attempt of :func:`sandbox_claim_offered`: the claim, None (nothing offered) or
+    ``_UNHEALTHY``."""
+    history: list[Any] = []
+    async with pipelined_transaction(conn):
+        if keyed is not None:
+            for sql, params in (
+                idempotent_call_seen_query(route="acquire", scope=record["job_id"], key=keyed.key),
+                handed_out_query(job_id=record["job_id"], key=keyed.key),
+            ):
+                history.append(await conn.execute(sql, params))
+        cur = await conn.execute(
+            _CLAIM_LOCK,
+            {
+                "job": record["job_id"],
+                "key": record["key_hash"],
+                "ready": SandboxState.READY,
+                "active": JobState.ACTIVE,
+            },
+        )
+        found = await cur.fetchone()  # the history's answers came back with it
+        for read in history:
+            if await read.fetchone() is not None:
+                raise KeySeen(keyed.key if keyed else "")  # rolls the lock back
+        if found is None:
+            return None
+        row = Sandbox(**dict(zip(_CLAIM_COLUMNS, found, strict=True)), state=SandboxState.READY)
+        pod = OfferedPod(
+            row.pk,
+            row.name,
+            row.nonce,
+            row.backend,
+            row.backend_uid,
+            row.backend_ref,
+            row.address,
+            row.token,
+        )
+        if not await healthy(pod):
+            await _queue(conn, _unhealthy_writes(row, now()))
+            return _UNHEALTHY
+        at = now()
+        wait_ms = (clock() - started) * 1000.0
+        writes, acquisition, message = _claim_writes(row, record, at, wait_ms)
+        if keyed is not None:  # a plain INSERT: a key recorded first undoes the hand-out
+            writes.insert(
+                len(writes) - 1,  # the acquisition's INSERT ... RETURNING stays last
+                idempotent_call_insert(
+                    route="acquire",
+                    scope=record["job_id"],
+                    key=keyed.key,
+                    answer=keyed.answer(pod, wait_ms),
+                    sandbox_id=pod.sandbox_id,
+                    now=at,
+                ),
+            )
+        inserted = await _queue(conn, writes)
+    found = await inserted.fetchone()  # it came back with the COMMIT
+    acquisition.pk = found[0]
+    publish_now("sandbox.state", message)
+    publish_now("acquisition", acquisition_message(acquisition, at))
+    return Claimed(pod=pod, wait_ms=wait_ms)
 
 
 # What a claim reads of the row: the pod's identity and what the dashboards' message names.

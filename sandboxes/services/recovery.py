@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
@@ -83,6 +84,15 @@ def _handed_out_with(*, job_id: int, key: str) -> bool:
     filter below as ONE raw ``SELECT ... LIMIT 1`` (every keyed acquire asks it on a web
     worker's request thread; the ORM's compile of the ``exists()`` cost ~4x the read)."""
 
+    sql, params = handed_out_query(job_id=job_id, key=key)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone() is not None
+
+
+def handed_out_query(*, job_id: int, key: str) -> tuple[str, list[Any]]:
+    """:func:`_handed_out_with`'s read, not run (a direct claim sends it with its lock)."""
+
     def col(name: str) -> str:
         return quoted_column(Acquisition, name)
 
@@ -92,9 +102,7 @@ def _handed_out_with(*, job_id: int, key: str) -> bool:
         f"AND {col('idempotency_key')} = %s AND {col('sandbox')} IS NOT NULL "
         f"AND {col('outcome')} <> %s LIMIT 1"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [job_id, key, AcquisitionOutcome.PENDING.value])
-        return cursor.fetchone() is not None
+    return sql, [job_id, key, AcquisitionOutcome.PENDING.value]
 
 
 def acquisition_recover(*, job_id: int, key: str, now: dt.datetime) -> Recovered | None:

@@ -597,3 +597,93 @@ def test_an_acquire_at_the_cap_evicts_an_offered_pod_of_another_key_as_a_warm_on
     assert Sandbox.objects.get(pk=evicted[0]).offered_at is None  # withdrawn, never claimable
     assert Sandbox.objects.get(pk=kept).offered_at is not None  # the other offer stands
     assert books(direct_controller, job.pk)["offered"] == 1
+
+
+def keyed_claim(job_id: int, key: str, healthy: Callable[[OfferedPod], Any]) -> Any:
+    """``sandbox_claim_offered`` for a keyed acquire, on a connection of its own."""
+    import psycopg
+
+    from sandboxes.services.offers import KeyedClaim
+
+    def answer(pod: OfferedPod, wait_ms: float) -> dict[str, Any]:
+        return {"sandbox_id": pod.sandbox_id, "name": pod.name, "wait_ms": wait_ms}
+
+    async def one() -> Any:
+        async with await psycopg.AsyncConnection.connect(
+            database_conninfo(), autocommit=True
+        ) as conn:
+            return await sandbox_claim_offered(
+                conn=conn,
+                record={**claim_record(job_id), "idempotency_key": key},
+                healthy=healthy,
+                now=timezone.now,
+                clock=time.monotonic,
+                started=time.monotonic(),
+                keyed=KeyedClaim(key=key, answer=answer),
+            )
+
+    return async_to_sync(one)()
+
+
+async def _healthy(pod: OfferedPod) -> bool:
+    return True
+
+
+def test_a_keyed_claim_records_its_answer_in_the_hand_outs_commit_and_a_resend_claims_none(
+    direct_controller: Controller,
+) -> None:
+    """The key's answer is written with the hand-out (one commit: both or neither), and a
+    second call with the key finds its history with the lock and claims nothing."""
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.offers import KeySeen
+
+    job = make_job()
+    offered = prewarm(direct_controller, job.pk, 2)
+
+    won = keyed_claim(job.pk, "key-1", _healthy)
+
+    call = IdempotentCall.objects.get(route="acquire", scope=job.pk, key="key-1")
+    assert call.sandbox_id == won.pod.sandbox_id and "token" not in call.answer
+    assert call.answer["sandbox_id"] == won.pod.sandbox_id
+    (acq,) = Acquisition.objects.filter(job=job)
+    assert (acq.sandbox_id, acq.idempotency_key) == (won.pod.sandbox_id, "key-1")
+    with pytest.raises(KeySeen):
+        keyed_claim(job.pk, "key-1", _healthy)
+    (left,) = set(offered) - {won.pod.sandbox_id}
+    assert Sandbox.objects.get(pk=left).offered_at is not None  # still offered, unclaimed
+    assert Acquisition.objects.filter(job=job).count() == 1
+
+
+def test_a_key_recorded_first_by_a_concurrent_call_undoes_the_claim(
+    direct_controller: Controller,
+) -> None:
+    """Another call records the key while this claim holds its pod (held at its health
+    check): the claim's commit fails on the key's uniqueness, so nothing of it stays -- the
+    pod offered, no acquisition, no event -- and the caller hears ``KeySeen``."""
+    import psycopg
+
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.offers import KeySeen
+
+    job = make_job()
+    (pod_id,) = prewarm(direct_controller, job.pk, 1)
+    events_before = SandboxEvent.objects.filter(sandbox_id=pod_id).count()
+
+    async def another_call_records_first(pod: OfferedPod) -> bool:
+        with psycopg.connect(database_conninfo(), autocommit=True) as other:
+            other.execute(
+                "INSERT INTO sandboxes_idempotentcall (route, scope, key, sandbox_id, answer,"
+                " created_at) VALUES ('acquire', %s, 'key-2', NULL, '{}', now())",
+                [job.pk],
+            )
+        return True
+
+    with pytest.raises(KeySeen):
+        keyed_claim(job.pk, "key-2", another_call_records_first)
+
+    row = Sandbox.objects.get(pk=pod_id)
+    assert (row.state, row.offered_at is not None) == (SandboxState.READY, True)
+    assert not Acquisition.objects.filter(job=job).exists()
+    assert SandboxEvent.objects.filter(sandbox_id=pod_id).count() == events_before
+    assert IdempotentCall.objects.get(key="key-2").sandbox_id is None  # the other call's
+    assert books(direct_controller, job.pk)["offered"] == 1  # no claim was notified
