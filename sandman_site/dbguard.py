@@ -1,7 +1,10 @@
 """The database is down: every request that needed it gets ``503 database_unavailable``.
 
 PostgreSQL restarting (or unreachable, or SQLite locked past its busy timeout) surfaces
-as ``django.db.OperationalError`` / ``InterfaceError`` wherever the ORM runs. DRF views
+as ``django.db.OperationalError`` / ``InterfaceError`` wherever the ORM runs, and as
+psycopg's own ``OperationalError`` / ``InterfaceError`` on the async connections the direct
+hand-out uses outside the ORM (``sandboxes.apis.direct``; Django wraps the same errors
+into its classes of the same names). DRF views
 translate it in ``api_errors.exception_handler``; this middleware does the same for
 everything else (plain Django views, the admin, dashboards), so a client never sees a
 500 or an HTML page for an outage. Both answer ``{"error": "database_unavailable",
@@ -19,12 +22,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import psycopg
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 log = logging.getLogger(__name__)
 
-OUTAGE_ERRORS = (OperationalError, InterfaceError)
+OUTAGE_ERRORS = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 CODE = "database_unavailable"
 DETAIL = "The database is not reachable right now; nothing was changed. Retry shortly."
 

@@ -26,9 +26,10 @@ Rules a reader must not break:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from django.utils import timezone
@@ -49,6 +50,7 @@ from sandboxes.states import Role, SandboxSource
 HEALTH_TIMEOUT_S = 5.0  # the controller's own bound on a warm pod's check (Controller)
 
 POOL_MAX = 8  # claims in flight per worker process; each holds a connection briefly
+APPLICATION_NAME = "sandman-direct"  # the pools' connections in pg_stat_activity
 _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Handles] = weakref.WeakKeyDictionary()
 
 
@@ -86,7 +88,7 @@ async def claim(
             key=idempotency_key, answer=lambda pod, wait_ms: record_answer(_result(pod, wait_ms))
         )
     handle = _handles()
-    async with (await handle.pool()).connection() as conn:
+    async with handle.connection() as conn:
         claimed = await sandbox_claim_offered(
             conn=conn,
             record=record,
@@ -118,7 +120,7 @@ async def release(*, sandbox_id: int, outcome: dict[str, Any]) -> bool:
     controller's reuse check). Its refusals are the controller's (the same rules)."""
     if not direct_handout_enabled() or outcome.get("verdict") is not None:
         return False
-    async with (await _handles().pool()).connection() as conn:
+    async with _handles().connection() as conn:
         await sandbox_release_direct(conn=conn, sandbox_id=sandbox_id, now=timezone.now())
     return True
 
@@ -140,12 +142,33 @@ class _Handles:
                 database_conninfo(),
                 min_size=1,
                 max_size=POOL_MAX,
-                kwargs={"autocommit": True},  # offers.pipelined_transaction's BEGIN/COMMIT
+                kwargs={
+                    "autocommit": True,  # offers.pipelined_transaction's BEGIN/COMMIT
+                    "application_name": APPLICATION_NAME,
+                },
                 open=False,
             )
             await pool.open()
             self._pool = pool
         return self._pool
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        """A connection of the pool. One that the server dropped (a restart, a failover)
+        fails its claim or release with psycopg's ``OperationalError`` (the API's 503
+        ``database_unavailable``: ``sandman_site.dbguard``); the pool then drops it, and
+        its idle connections are checked before the error goes on, so the next call gets
+        a live one instead of another dead one."""
+        import psycopg
+
+        pool = await self.pool()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            with contextlib.suppress(Exception):
+                await pool.check()
+            raise
 
     async def healthy(self, pod: OfferedPod) -> bool:
         return await self._health.check(pod.name, pod.address, pod.token)

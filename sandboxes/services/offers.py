@@ -352,7 +352,7 @@ async def pipelined_transaction(conn: Any) -> AsyncIterator[None]:
             yield
             await conn.execute("COMMIT")
     except BaseException:
-        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+        if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
             await conn.execute("ROLLBACK")
         raise
 

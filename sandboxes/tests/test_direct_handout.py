@@ -687,3 +687,54 @@ def test_a_key_recorded_first_by_a_concurrent_call_undoes_the_claim(
     assert SandboxEvent.objects.filter(sandbox_id=pod_id).count() == events_before
     assert IdempotentCall.objects.get(key="key-2").sandbox_id is None  # the other call's
     assert books(direct_controller, job.pk)["offered"] == 1  # no claim was notified
+
+
+@pytest.mark.asyncio
+async def test_a_direct_claim_on_a_connection_the_server_dropped_is_a_503_and_the_next_works(
+    direct_controller: Controller, settings: Any
+) -> None:
+    """The loop's pool holds a connection PostgreSQL has since terminated (a restart, a
+    failover, ``pg_terminate_backend``): the claim fails on it before anything is handed
+    out, and the caller gets the views' ``503 database_unavailable``, never a 500; the pool
+    drops the dead connection and the next acquire is claimed."""
+    import psycopg
+
+    from sandboxes.apis import access
+    from sandboxes.apis.fastpath import hot_routes
+    from sandboxes.services.jobs import job_create
+    from sandboxes.tests.api_support import make_user
+    from sandboxes.tests.test_api_fastpath import Recorder, post
+
+    settings.SANDMAN_API_TOKEN_TTL_S = 600.0
+    access.clear()
+    user, token = await sync_to_async(make_user)("trainer")
+    job = await sync_to_async(job_create)(owner=user, name="d", egress="allow", now=timezone.now())
+    offered = set(await sync_to_async(prewarm)(direct_controller, job.pk, 3))
+    fast = hot_routes(Recorder())
+    acquire = f"/api/v1/jobs/{job.pk}/acquire/"
+    body = {"image": IMAGE, "spec": {"cpu": "500m", "memory": "256Mi"}, "timeout_s": 60}
+    try:
+        status, _, first = await post(fast, acquire, token, body)
+        assert status == 200 and first["sandbox_id"] in offered, first  # the pool is open
+        with psycopg.connect(database_conninfo(), autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                [direct.APPLICATION_NAME],
+            ).fetchall()
+        assert ended and all(ok for (ok,) in ended)
+
+        status, headers, lost = await post(fast, acquire, token, body)
+
+        assert (status, lost["error"]) == (503, "database_unavailable"), lost
+        assert headers["retry-after"] == "1"
+        status, _, second = await post(fast, acquire, token, body)
+        assert status == 200 and second["sandbox_id"] in offered - {first["sandbox_id"]}
+
+        def handed() -> int:
+            return Acquisition.objects.filter(job=job).count()
+
+        assert await sync_to_async(handed)() == 2  # nothing recorded for the lost call
+    finally:
+        await direct.close()
+        await sync_to_async(connections.close_all)()
