@@ -114,14 +114,24 @@ def _result(pod: OfferedPod, wait_ms: float) -> AcquireResult:
     )
 
 
-async def release(*, sandbox_id: int, outcome: dict[str, Any]) -> bool:
+async def release(
+    *,
+    sandbox_id: int,
+    outcome: dict[str, Any],
+    key: str | None = None,
+    answer: dict[str, Any] | None = None,
+) -> bool:
     """Release without the controller (True), or leave it to the controller (False):
     only a release without a verdict (one with a verdict may keep a grading pod for the
-    controller's reuse check). Its refusals are the controller's (the same rules)."""
+    controller's reuse check). Its refusals are the controller's (the same rules). With
+    ``key``, ``answer`` is recorded for it in the release's commit (``KeySeen`` when the
+    key has a recorded answer: nothing released)."""
     if not direct_handout_enabled() or outcome.get("verdict") is not None:
         return False
     async with _handles().connection() as conn:
-        await sandbox_release_direct(conn=conn, sandbox_id=sandbox_id, now=timezone.now())
+        await sandbox_release_direct(
+            conn=conn, sandbox_id=sandbox_id, now=timezone.now(), key=key, answer=answer
+        )
     return True
 
 

@@ -366,18 +366,52 @@ async def _queue(conn: Any, statements: list[tuple[str, Sequence[Any]]]) -> Any:
     return cur
 
 
-async def sandbox_release_direct(*, conn: Any, sandbox_id: int, now: dt.datetime) -> None:
+async def sandbox_release_direct(
+    *,
+    conn: Any,
+    sandbox_id: int,
+    now: dt.datetime,
+    key: str | None = None,
+    answer: dict[str, Any] | None = None,
+) -> None:
     """A release without a verdict, written by the caller on ``conn`` (an async psycopg
     connection of its loop): the row locked, the controller's own refusals
     (``release_refusal``: 404, 409 ``already_released``, ``sandbox_lost``) raised, else its
     own release plan (``batch_deletes.release_plan``: in use -> released -> deleting) with
     the ``PendingDelete`` and a ``released`` notification carrying the delete's order,
     pipelined with the ``COMMIT``: two round trips. The controller sends the delete when it
-    hears of it, else its next round resumes the stored pending delete (§7)."""
+    hears of it, else its next round resumes the stored pending delete (§7).
+
+    With an ``Idempotency-Key`` (``key``, and the ``answer`` to record), as a keyed claim:
+    a recorded answer read with the lock (:class:`KeySeen`, nothing written) and the
+    answer recorded in the release's commit (a key recorded first by a concurrent call
+    undoes the release: :class:`KeySeen`); a refusal records nothing."""
+    try:
+        await _release_direct(conn, sandbox_id, now, key, answer)
+    except UniqueViolation as exc:
+        if key is None or exc.diag.constraint_name != _KEY_CONSTRAINT:
+            raise
+        raise KeySeen(key) from None
+
+
+async def _release_direct(
+    conn: Any,
+    sandbox_id: int,
+    now: dt.datetime,
+    key: str | None,
+    answer: dict[str, Any] | None,
+) -> None:
     messages: list[dict[str, Any]] = []
     async with pipelined_transaction(conn):
+        seen = None
+        if key is not None:
+            seen = await conn.execute(
+                *idempotent_call_seen_query(route="release", scope=sandbox_id, key=key)
+            )
         cur = await conn.execute(_RELEASE_LOCK, [sandbox_id])
-        found = await cur.fetchone()
+        found = await cur.fetchone()  # the key's read came back with it
+        if seen is not None and await seen.fetchone() is not None:
+            raise KeySeen(key or "")
         if found is None:
             raise NotFound(f"sandbox {sandbox_id} does not exist")
         row = Sandbox(**dict(zip(_RELEASE_COLUMNS, found, strict=True)))
@@ -387,9 +421,9 @@ async def sandbox_release_direct(*, conn: Any, sandbox_id: int, now: dt.datetime
         moves, delete = release_plan(row, ReleaseRequest(sandbox_id=row.pk, now=now))
         db = connections[DEFAULT_DB_ALIAS]
         writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
-        for answer in apply_moves_locked({row.pk: row}, moves, into=writes, messages=messages):
-            if isinstance(answer, SandmanError):
-                raise answer  # in use -> released -> deleting is allowed: a broken invariant
+        for moved in apply_moves_locked({row.pk: row}, moves, into=writes, messages=messages):
+            if isinstance(moved, SandmanError):
+                raise moved  # in use -> released -> deleting is allowed: a broken invariant
         order = None
         if delete is not None:
             pending = pending_row(row, delete)
@@ -405,7 +439,19 @@ async def sandbox_release_direct(*, conn: Any, sandbox_id: int, now: dt.datetime
         tail = "" if order is None else json.dumps(dataclasses.asdict(order))
         payload_ = f"released:{row.job_id}:{row.pk}:{tail}"
         writes.add("SELECT pg_notify(%s, %s)", [CHANNEL, payload_])
-        await _queue(conn, writes.take())
+        statements = writes.take()
+        if key is not None:  # a plain INSERT: a key recorded first undoes the release
+            statements.append(
+                idempotent_call_insert(
+                    route="release",
+                    scope=sandbox_id,
+                    key=key,
+                    answer=answer or {},
+                    sandbox_id=None,
+                    now=now,
+                )
+            )
+        await _queue(conn, statements)
     for message in messages:
         publish_now("sandbox.state", message)
 

@@ -738,3 +738,39 @@ async def test_a_direct_claim_on_a_connection_the_server_dropped_is_a_503_and_th
     finally:
         await direct.close()
         await sync_to_async(connections.close_all)()
+
+
+def test_a_keyed_direct_release_records_its_answer_in_its_commit_and_a_recorded_key_stops_it(
+    direct_controller: Controller,
+) -> None:
+    """The release's answer is recorded with the release (one commit); a key already
+    recorded for the sandbox (a resend) is found with the lock, and nothing is released."""
+    import psycopg
+
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.offers import KeySeen, sandbox_release_direct
+
+    job = make_job()
+    prewarm(direct_controller, job.pk, 2)
+    first, second = claim(job.pk), claim(job.pk)
+    answer = {"sandbox_id": first.sandbox_id, "released": True}
+
+    async def release_keyed(sandbox_id: int, key: str) -> None:
+        async with await psycopg.AsyncConnection.connect(
+            database_conninfo(), autocommit=True
+        ) as conn:
+            await sandbox_release_direct(
+                conn=conn, sandbox_id=sandbox_id, now=timezone.now(), key=key, answer=answer
+            )
+
+    async_to_sync(release_keyed)(first.sandbox_id, "r-1")
+
+    call = IdempotentCall.objects.get(route="release", scope=first.sandbox_id, key="r-1")
+    assert call.answer == answer
+    assert Sandbox.objects.get(pk=first.sandbox_id).state != SandboxState.IN_USE
+    IdempotentCall.objects.create(
+        route="release", scope=second.sandbox_id, key="r-2", answer={}, created_at=timezone.now()
+    )
+    with pytest.raises(KeySeen):
+        async_to_sync(release_keyed)(second.sandbox_id, "r-2")
+    assert Sandbox.objects.get(pk=second.sandbox_id).state == SandboxState.IN_USE
