@@ -468,7 +468,8 @@ async def test_a_keyed_rest_acquire_is_claimed_on_the_fast_path_and_its_resend_r
 
         assert await sync_to_async(on_record)() == [("ok", offered, "k-direct-1")]
         release = f"/api/v1/sandboxes/{offered}/release/"
-        status, _, released = await post(fast, release, token)
+        keyed_release = [(b"idempotency-key", b"k-direct-release")]
+        status, _, released = await post(fast, release, token, extra=keyed_release)
         assert (status, released) == (200, {"sandbox_id": offered, "released": True})
 
         def state() -> str:
@@ -477,6 +478,12 @@ async def test_a_keyed_rest_acquire_is_claimed_on_the_fast_path_and_its_resend_r
         # Released without the controller; it deleted the sandbox on the notification.
         assert await sync_to_async(state)() in (SandboxState.DELETING, SandboxState.DELETED)
         assert app.paths == []
+        # A resend of the keyed release is replayed from the record written with the
+        # release (the sandbox is no longer this process's, so Django's view answers it).
+        status, _, again = await post(fast, release, token, extra=keyed_release)
+        assert (status, again) == (200, released)
+        status, _, unkeyed = await post(fast, release, token)
+        assert (status, unkeyed["error"]) == (409, "already_released")
     finally:
         await direct.close()
         await sync_to_async(connections.close_all)()
