@@ -96,9 +96,14 @@ class ExecdBadAnswer(ExecdError):
         self.field = error.field
 
 
-def new_session(*, keepalive_s: float = KEEPALIVE_S) -> aiohttp.ClientSession:
-    """A session to share between clients: no pool limit, connections kept ``keepalive_s``."""
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s)
+def new_session(*, keepalive_s: float | None = KEEPALIVE_S) -> aiohttp.ClientSession:
+    """A session to share between clients: no pool limit, connections kept ``keepalive_s``
+    (None: none kept, each closed after its request -- for a caller that talks to each
+    sandbox once)."""
+    if keepalive_s is None:
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    else:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive_s)
     return aiohttp.ClientSession(connector=connector)
 
 
@@ -111,7 +116,7 @@ class SharedSession:
     next ``get`` opens a fresh one.
     """
 
-    def __init__(self, *, keepalive_s: float = KEEPALIVE_S) -> None:
+    def __init__(self, *, keepalive_s: float | None = KEEPALIVE_S) -> None:
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

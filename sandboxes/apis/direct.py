@@ -142,7 +142,8 @@ class _Handles:
 
     def __init__(self) -> None:
         self._pool: Any = None
-        self._health = ExecdHealth(HEALTH_TIMEOUT_S)
+        # One check per pod per claim: nothing to keep a connection for.
+        self._health = ExecdHealth(HEALTH_TIMEOUT_S, keep_connections=False)
 
     async def pool(self) -> Any:
         if self._pool is None:

@@ -781,3 +781,54 @@ def test_a_keyed_direct_release_records_its_answer_in_its_commit_and_a_recorded_
     with pytest.raises(KeySeen):
         async_to_sync(release_keyed)(second.sandbox_id, "r-2")
     assert Sandbox.objects.get(pk=second.sandbox_id).state == SandboxState.IN_USE
+
+
+def _connections_to(port: int) -> int:
+    """This process's TCP sockets connected to 127.0.0.1:``port`` (from /proc: the
+    sockets among its file descriptors, matched to the kernel's table of IPv4 sockets)."""
+    import os
+
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    with open("/proc/self/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            remote, state, inode = fields[2], fields[3], fields[9]
+            if inode in inodes and state == "01" and int(remote.split(":")[1], 16) == port:
+                count += 1
+    return count
+
+
+def test_a_claims_health_check_keeps_no_connection_to_the_pod_it_handed_out(
+    direct_controller: Controller,
+) -> None:
+    """A web worker checks each pod once, when it claims it: a kept-alive connection would
+    hold a socket here and a relay thread and an execd thread in the sandbox for as long
+    as it is in use (thousands at scale), for nothing."""
+    job = make_job()
+    (pod_id,) = prewarm(direct_controller, job.pk, 1)
+    port = int(Sandbox.objects.get(pk=pod_id).address.rsplit(":", 1)[1])
+    before = _connections_to(port)  # the controller's own, in this test's process
+
+    async def one() -> tuple[Any, int]:
+        try:
+            won = await direct.claim(
+                job_id=job.pk, user_id=None, idempotency_key="", fields=dict(FIELDS)
+            )
+            assert won is not None
+            return won, _connections_to(port)
+        finally:
+            await direct.close()
+
+    won, held = async_to_sync(one)()
+
+    assert (won.sandbox_id, won.source) == (pod_id, "warm")
+    assert held == before

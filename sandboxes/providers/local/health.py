@@ -29,11 +29,15 @@ log = logging.getLogger(__name__)
 
 
 class ExecdHealth:
-    """execd's ``/health`` per sandbox, over one shared session of kept connections."""
+    """execd's ``/health`` per sandbox, over one shared session (of kept connections, unless
+    ``keep_connections`` is off)."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, *, keep_connections: bool = True) -> None:
+        """``keep_connections=False`` for a caller that checks each sandbox once (a web
+        worker's claim): its connection is closed after the check instead of holding a
+        socket here, and a relay thread and an execd thread in the sandbox, for nothing."""
         self._timeout_s = timeout_s
-        self._session = SharedSession()
+        self._session = SharedSession() if keep_connections else SharedSession(keepalive_s=None)
 
     async def check(self, name: str, address: str, token: str = "") -> bool:
         """``token`` (the sandbox's, when the caller has it) makes execd check who answers:
