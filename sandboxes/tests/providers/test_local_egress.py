@@ -16,6 +16,7 @@ or secret key: none of them is mounted in, and the service's environment is not 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -56,10 +57,14 @@ def test_host() -> Iterator[OutsideHost]:
     """A network namespace with a veth link to the host and an HTTP server in it."""
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("creating a network namespace needs root and iproute2")
-    tag = os.getpid() % 100000
+    # A fresh tag per use: a pid-derived one repeats across runs (pids are reused), and a
+    # namespace or link an interrupted run left under that name made ``add`` fail.
+    tag = secrets.randbelow(100000)
     netns, host_if, peer_if = f"sandman-th-{tag}", f"smh{tag}", f"smp{tag}"
     octet = tag % 250
     host_ip, peer_ip = f"198.18.{octet}.1", f"198.18.{octet}.2"
+    for stale in (["link", "del", host_if], ["netns", "del", netns]):
+        subprocess.run(["ip", *stale], capture_output=True, timeout=30)  # absent: fine
     _ip("netns", "add", netns)
     server = None
     try:
