@@ -200,17 +200,8 @@ class Offers:
         if not self.enabled:
             return None
         while (pod := rt.pool.take_offered(key)) is not None:
-            try:
-                won, others = await self._tasks.db_now(
-                    sandbox_withdraw_offers, sandbox_ids=[pod.sandbox_id]
-                )
-            except BaseException:
-                rt.pool.offer_back(pod)  # unknown: the next round reads the row
-                raise
-            if won:
+            if await self._withdraw_taken(rt, pod):
                 return pod
-            state = others.get(pod.sandbox_id, SandboxState.DELETED)
-            self._follow(rt, pod.sandbox_id, state, reason="offer_lost")
         return None
 
     async def make_room(self, rt: JobRuntime, key: PoolKey) -> None:
@@ -221,18 +212,26 @@ class Offers:
         if not self.enabled:
             return
         while (pod := rt.pool.take_offered_to_evict(key)) is not None:
-            try:
-                won, others = await self._tasks.db_now(
-                    sandbox_withdraw_offers, sandbox_ids=[pod.sandbox_id]
-                )
-            except BaseException:
-                rt.pool.offer_back(pod)  # unknown: the next round reads the row
-                raise
-            if won:
+            if await self._withdraw_taken(rt, pod):
                 rt.pool.withdrawn(pod)
                 return
-            state = others.get(pod.sandbox_id, SandboxState.DELETED)
-            self._follow(rt, pod.sandbox_id, state, reason="offer_lost")
+
+    async def _withdraw_taken(self, rt: JobRuntime, pod: WarmPod) -> bool:
+        """Withdraw the offer of a pod the books just took out of ``offered`` (into
+        ``checking``): True if this won it; else the claim or state that beat it is
+        followed. Raised: offered again in the books (the next round reads the row)."""
+        try:
+            won, others = await self._tasks.db_now(
+                sandbox_withdraw_offers, sandbox_ids=[pod.sandbox_id]
+            )
+        except BaseException:
+            rt.pool.offer_back(pod)
+            raise
+        if won:
+            return True
+        state = others.get(pod.sandbox_id, SandboxState.DELETED)
+        self._follow(rt, pod.sandbox_id, state, reason="offer_lost")
+        return False
 
     async def round(self) -> int:
         """Maintenance: follow what notifications missed, withdraw idle offers (the trim

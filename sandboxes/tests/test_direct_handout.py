@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -428,6 +429,43 @@ def key_hash_of_fields() -> str:
     )
 
 
+@dataclass
+class RestJob:
+    """A trainer's token and job with offered pods, and the fast path in front of Django."""
+
+    token: str
+    job: Any
+    offered: list[int]
+    app: Any  # Django's handler, recording the paths that reached it
+    fast: Any
+    acquire: str
+    body: dict[str, Any]
+
+
+async def rest_job(controller: Controller, settings: Any, offers: int) -> RestJob:
+    from sandboxes.apis import access
+    from sandboxes.apis.fastpath import hot_routes
+    from sandboxes.services.jobs import job_create
+    from sandboxes.tests.api_support import make_user
+    from sandboxes.tests.test_api_fastpath import Recorder
+
+    settings.SANDMAN_API_TOKEN_TTL_S = 600.0  # the token stays known through the test
+    access.clear()
+    user, token = await sync_to_async(make_user)("trainer")
+    job = await sync_to_async(job_create)(owner=user, name="d", egress="allow", now=timezone.now())
+    offered = await sync_to_async(prewarm)(controller, job.pk, offers)
+    app = Recorder()
+    return RestJob(
+        token=token,
+        job=job,
+        offered=offered,
+        app=app,
+        fast=hot_routes(app),
+        acquire=f"/api/v1/jobs/{job.pk}/acquire/",
+        body={"image": IMAGE, "spec": {"cpu": "500m", "memory": "256Mi"}, "timeout_s": 60},
+    )
+
+
 @pytest.mark.asyncio
 async def test_a_keyed_rest_acquire_is_claimed_on_the_fast_path_and_its_resend_replayed(
     direct_controller: Controller, settings: Any
@@ -435,21 +473,11 @@ async def test_a_keyed_rest_acquire_is_claimed_on_the_fast_path_and_its_resend_r
     """Over the ASGI fast path, as a trainer's client calls it: the claim answers the
     acquire (Django never reached), the key is on the acquisition, a resend with the key
     gets the same sandbox with no second claim, and the release goes to the controller."""
-    from sandboxes.apis import access
-    from sandboxes.apis.fastpath import hot_routes
-    from sandboxes.services.jobs import job_create
-    from sandboxes.tests.api_support import make_user
-    from sandboxes.tests.test_api_fastpath import Recorder, post
+    from sandboxes.tests.test_api_fastpath import post
 
-    settings.SANDMAN_API_TOKEN_TTL_S = 600.0  # the token stays known through the test
-    access.clear()
-    user, token = await sync_to_async(make_user)("trainer")
-    job = await sync_to_async(job_create)(owner=user, name="d", egress="allow", now=timezone.now())
-    (offered,) = await sync_to_async(prewarm)(direct_controller, job.pk, 1)
-    app = Recorder()
-    fast = hot_routes(app)
-    acquire = f"/api/v1/jobs/{job.pk}/acquire/"
-    body = {"image": IMAGE, "spec": {"cpu": "500m", "memory": "256Mi"}, "timeout_s": 60}
+    rest = await rest_job(direct_controller, settings, 1)
+    token, job, (offered,), app, fast = rest.token, rest.job, rest.offered, rest.app, rest.fast
+    acquire, body = rest.acquire, rest.body
     keyed = [(b"idempotency-key", b"k-direct-1")]
     try:
         status, _, first = await post(fast, acquire, token, body, extra=keyed)
@@ -706,20 +734,11 @@ async def test_a_direct_claim_on_a_connection_the_server_dropped_is_a_503_and_th
     drops the dead connection and the next acquire is claimed."""
     import psycopg
 
-    from sandboxes.apis import access
-    from sandboxes.apis.fastpath import hot_routes
-    from sandboxes.services.jobs import job_create
-    from sandboxes.tests.api_support import make_user
-    from sandboxes.tests.test_api_fastpath import Recorder, post
+    from sandboxes.tests.test_api_fastpath import post
 
-    settings.SANDMAN_API_TOKEN_TTL_S = 600.0
-    access.clear()
-    user, token = await sync_to_async(make_user)("trainer")
-    job = await sync_to_async(job_create)(owner=user, name="d", egress="allow", now=timezone.now())
-    offered = set(await sync_to_async(prewarm)(direct_controller, job.pk, 3))
-    fast = hot_routes(Recorder())
-    acquire = f"/api/v1/jobs/{job.pk}/acquire/"
-    body = {"image": IMAGE, "spec": {"cpu": "500m", "memory": "256Mi"}, "timeout_s": 60}
+    rest = await rest_job(direct_controller, settings, 3)
+    token, job, fast, acquire, body = rest.token, rest.job, rest.fast, rest.acquire, rest.body
+    offered = set(rest.offered)
     try:
         status, _, first = await post(fast, acquire, token, body)
         assert status == 200 and first["sandbox_id"] in offered, first  # the pool is open
