@@ -101,14 +101,14 @@ async def run_once(
 
     async def once() -> dict[str, Any]:
         try:
-            answer = None if fast is None else await fast()
-            if answer is not None:
-                pass  # recorded with its effect
-            elif (found := await sync_to_async(read)())[0] is not None:
-                answer = found[0]
-            else:
-                answer = await call(found[1])
-                await _record(route, scope, key, answer, sandbox_of(answer))
+            answer = None if fast is None else await fast()  # recorded with its effect
+            if answer is None:
+                recorded, prior = await sync_to_async(read)()
+                if recorded is not None:
+                    answer = recorded
+                else:
+                    answer = await call(prior)
+                    await _record(route, scope, key, answer, sandbox_of(answer))
         except BaseException as exc:
             mine.set_exception(exc)
             raise
