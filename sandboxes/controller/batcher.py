@@ -27,6 +27,10 @@ Rules a reader must not break:
   A write is queued only once the writes it depends on returned (a create awaits each), so
   no write of a batch depends on another of the same batch being applied first.
 * Loop thread only.
+* ``close()`` (the controller's shutdown, after its tasks were cancelled) waits for the
+  batches already on the executor and for what is still queued behind them, so no batch is
+  in flight, and no flush task is left pending, once the loop stops; a write submitted after
+  it is refused (``ControllerUnavailable``).
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from sandboxes.services.batch_deletes import (
 )
 from sandboxes.services.deletes import DeleteOrder
 from sandboxes.services.moves import SandboxMove
-from sandman_site.errors import SandmanError
+from sandman_site.errors import ControllerUnavailable, SandmanError
 
 MAX_BATCH = 500
 
@@ -84,6 +88,7 @@ class WriteBatcher:
         self._max = max(1, max_batch)
         self._lanes: dict[bool, _Lane] = {}
         self._flushes: set[asyncio.Task[None]] = set()
+        self._closed = False
         self.batches = 0
         self.writes = 0
         self.largest = 0
@@ -135,7 +140,23 @@ class WriteBatcher:
         ended: int | None = await self._submit((name, self._state.now()), False, _apply_confirmed)
         return ended
 
+    async def close(self, timeout: float = 15.0) -> None:
+        """Refuse new writes; let every lane send what it holds (a write whose waiter was
+        cancelled is dropped as always). Flushes still running after ``timeout`` seconds are
+        cancelled, and with them their waiters."""
+        self._closed = True
+        flushes = list(self._flushes)
+        if not flushes:
+            return
+        _, late = await asyncio.wait(flushes, timeout=timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+
     async def _submit(self, item: Any, urgent: bool, apply: Apply) -> Any:
+        if self._closed:
+            raise ControllerUnavailable("the controller is stopping")
         lane = self._lanes.get(urgent)
         if lane is None:
             lane = self._lanes[urgent] = _Lane(URGENT if urgent else BACKGROUND)

@@ -136,10 +136,12 @@ class Parts:
         }
 
     async def shutdown(self) -> None:
-        """Cancel everything, fail the waiters, close the buckets, the session, the provider."""
+        """Cancel everything, let the batches already sent end, fail the waiters, close the
+        buckets, the session, the provider."""
         state = self.state
         await self.offers.stop()
         await self.tasks.shutdown()
+        await self.batcher.close()  # no batch in flight once the loop stops
         for rt in state.runtimes.values():
             rt.pacer.close()
             for fut in rt.waiters.values():

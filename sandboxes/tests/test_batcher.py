@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandboxes.controller.batcher import WriteBatcher
-from sandman_site.errors import InvalidTransition
+from sandman_site.errors import ControllerUnavailable, InvalidTransition
 
 pytestmark = pytest.mark.asyncio
 
@@ -95,3 +95,38 @@ async def test_writes_of_every_kind_queued_meanwhile_leave_in_one_batch_each_kin
     assert db.batches == [["a"], ["b", "c", "r", "q"]]
     assert db.kinds[1] == ["_apply_moves", "_apply_requests", "_apply_acquisitions"]
     assert (batcher.batches, batcher.writes) == (2, 5)
+
+
+async def test_close_waits_for_the_batch_in_flight_and_what_queued_behind_it_then_refuses():
+    """At the controller's shutdown the batches already on the executor end before the loop
+    stops: no flush task is left pending (asyncio would destroy it mid-batch), and a write a
+    live waiter still wants is sent rather than forgotten. A later write is refused."""
+    db = GatedDb()
+    batcher = WriteBatcher(types.SimpleNamespace(db=db))
+    first = asyncio.create_task(batcher.move(_move("a")))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    behind = asyncio.create_task(batcher.move(_move("b")))
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(batcher.close())
+    await asyncio.sleep(0)
+    assert not closing.done()  # "a" is still on the executor
+    with pytest.raises(ControllerUnavailable):
+        await batcher.move(_move("late"))
+    db.gate.set()
+    await closing
+    assert (await first, await behind) == ("row a", "row b")
+    assert db.batches == [["a"], ["b"]]
+    assert not batcher._flushes
+
+
+async def test_close_cancels_a_batch_that_outlasts_its_timeout_and_its_waiters():
+    db = GatedDb()  # the gate never opens: a database that does not answer
+    batcher = WriteBatcher(types.SimpleNamespace(db=db))
+    stuck = asyncio.create_task(batcher.move(_move("a")))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    await batcher.close(timeout=0)
+    with pytest.raises(asyncio.CancelledError):
+        await stuck
+    assert not batcher._flushes
