@@ -366,6 +366,33 @@ async def test_an_expired_watch_is_watched_again_from_its_last_version_and_never
     assert counts(cluster, "list") == 1
 
 
+@pytest.mark.asyncio
+async def test_an_expired_events_watch_is_watched_again_from_its_last_version_too(
+    make_cluster: MakeCluster, make_provider: MakeProvider
+) -> None:
+    """The namespace's Events watch follows the same rule as the pod watch (API Concepts,
+    "Efficient detection of changes", above): an expiry is one new watch from the last
+    version delivered, never a list; Events that happen meanwhile still arrive."""
+    cluster = make_cluster(nodes=2)
+    provider = make_provider(cluster, watch_timeout_s=1)
+    gates = [cluster.gates.add("watch_received", lambda ctx: ctx.kind == "events") for _ in "123"]
+    created = asyncio.ensure_future(provider.create(spec("a")))
+    for n, gate in enumerate(gates, start=1):
+        await gate.reached(timeout=30)  # Events watch n (n - 1 expiries so far)
+        events = provider.event_informer
+        assert events is not None and (events.watches, events.lists) == (n, 1)
+        assert cluster.request_counts()[("watch", "events")] == n
+        assert cluster.request_counts()[("list", "events")] == 1
+        gate.release()
+        if n == 1:
+            await provider.wait_ready(await created, 30)
+    info = await provider.wait_ready(await provider.create(spec("b")), 30)
+    assert info.image_present is not None  # told only by b's Events: the third watch
+    events = provider.event_informer
+    assert events is not None and events.relists_after_gone == 0
+    assert cluster.request_counts()[("list", "events")] == 1
+
+
 # --- create failure plans -----------------------------------------------------------------
 @pytest.mark.asyncio
 @pytest.mark.parametrize("plan", ["504_after_store", "reset_after_store"])
