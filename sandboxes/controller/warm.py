@@ -5,6 +5,9 @@ Ordering rules a reader must not break (paper §4.4, Table 2 row 1):
   check passes, put back if the caller left before anything changed, and deleted if it
   failed the check or the caller left during the hand-out write (it carries the agent
   mark then).
+* A pod the backend sees lost now (``provider.lost_now``: Failed, or Ready turned False
+  while execd still answers) is not handed out either: it is recorded lost with the
+  backend's reason, as the next maintenance round would, and deleted.
 * One database commit on success: the hand-out and its acquisition row's finish together
   (the row was opened ``pending`` while the health check ran, ``acquire.py``).
 """
@@ -15,6 +18,7 @@ import asyncio
 import logging
 from typing import Any
 
+from sandboxes import events
 from sandboxes.controller import queries
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.deletes import Deleter
@@ -22,8 +26,8 @@ from sandboxes.controller.runtime import AcquireResult, JobRuntime, SandboxRef
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
 from sandboxes.pool import WarmPod
-from sandboxes.providers.base import Handle
-from sandboxes.services import sandbox_mark_healthy
+from sandboxes.providers.base import Handle, LostSandbox
+from sandboxes.services import sandbox_mark_healthy, sandbox_mark_lost
 from sandboxes.services.batch import HandOut
 from sandboxes.services.moves import hand_out_move
 from sandboxes.states import AcquisitionOutcome, SandboxSource, SandboxState
@@ -77,6 +81,12 @@ class WarmHandOut:
                 )
                 self._tasks.spawn(self._deleter.delete_sandbox(rt, sid, reason="health_failed"), rt)
                 return None
+            lost = self._state.provider.lost_now(ref.name, ref.uid)
+            if lost is not None:
+                rt.pool.forget(sid)
+                handed = True
+                await self._record_lost(rt, sid, lost)
+                return None
             acquisition_id = await asyncio.shield(opened)  # on record before the hand-out
             handed = True
             return await self._hand_out(
@@ -87,6 +97,23 @@ class WarmHandOut:
                 # Cancelled before anything changed: the pod is still a clean warm pod.
                 rt.pool.add_warm(pod)
                 self._state.became_warm(rt)
+
+    async def _record_lost(self, rt: JobRuntime, sid: int, lost: LostSandbox) -> None:
+        """Failed with the backend's reason (what ``Maintenance._fail_lost`` writes; its
+        round then finds the row failed and skips it), then deleted."""
+        log.warning("warm sandbox %s lost before its hand-out: %s", lost.name, lost.reason)
+        await self._tasks.db(
+            sandbox_mark_lost,
+            name=lost.name,
+            uid=lost.uid,
+            reason=lost.reason,
+            message=lost.message,
+            backend=self._state.backend,
+            now=self._state.now(),
+        )
+        self._tasks.spawn(
+            self._deleter.delete_sandbox(rt, sid, reason="lost", kind=events.LOST), rt
+        )
 
     async def _ref(self, rt: JobRuntime, sid: int) -> SandboxRef | None:
         """The pod's identity, cached or read; None (and forgotten) if it is not ready."""

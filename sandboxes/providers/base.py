@@ -178,3 +178,9 @@ class Provider(Protocol):
         False) since the last call, each reported once; [] on a backend that cannot lose
         a Ready sandbox behind its holder's back."""
         ...
+
+    def lost_now(self, name: str, uid: str) -> LostSandbox | None:
+        """Whether the backend sees this sandbox (``uid``, when known) lost right now, as
+        ``take_lost`` will report it; None when it does not (or cannot tell). Does not
+        consume the report: asked before a warm hand-out."""
+        ...

@@ -486,6 +486,34 @@ def test_a_lost_in_use_sandbox_is_reported_to_its_holder_on_get_and_on_release(b
 
 
 @pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
+def test_a_warm_pod_seen_not_ready_before_any_maintenance_round_is_skipped_not_handed_out(
+    backend,
+):
+    """Kubernetes -- Pod conditions ("Ready: the Pod is able to serve requests",
+    https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-conditions): a warm
+    pod whose Ready the kubelet turned False is not handed out even while its execd still
+    answers /health and no maintenance round has recorded the loss yet. The acquire gets
+    another sandbox; the pod is recorded lost (with the kubelet's reason) and deleted."""
+    controller = backend.controller(maintenance_interval_s=None)  # no round in between
+    provider = controller.provider
+    job = make_job()
+    controller.prewarm(job_id=job.pk, keys=[prewarm_key(1)])
+    controller.wait_idle()
+    warm = Sandbox.objects.get(job=job)
+    assert backend.cluster.fail_probe(NS, warm.name)
+    wait_until(
+        lambda: provider.lost_now(warm.name, warm.backend_uid) is not None,
+        what="the pod watch delivered Ready False",
+    )
+    got = controller.acquire(**acquire_args(job))
+    assert got.sandbox_id != warm.pk and got.source == "created"
+    row = Sandbox.objects.get(pk=warm.pk)
+    assert row.failure_reason.startswith("lost: NotReady") and not row.agent_used
+    assert events.LOST in kinds(warm.pk) and events.ACQUIRED not in kinds(warm.pk)
+    wait_until(lambda: state(warm.pk) == "deleted", what="the lost warm pod deleted")
+
+
+@pytest.mark.parametrize("backend", ["kubernetes"], indirect=True)
 def test_a_warm_sandbox_whose_ready_flips_back_is_deleted_and_never_handed_out(backend):
     lost_kind = events.LOST
     controller = backend.controller()

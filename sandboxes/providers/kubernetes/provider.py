@@ -226,6 +226,11 @@ class KubernetesProvider:
         readiness probe failing), each once; the controller fails and deletes them."""
         return self._readiness.take_lost()
 
+    def lost_now(self, name: str, uid: str) -> LostSandbox | None:
+        """The pod as the pod watch last delivered it is Failed or not Ready (execd may
+        still answer: a failing readiness probe, a node that stopped reporting)."""
+        return self._readiness.lost_now(name, uid)
+
     def check_image(self, image: str, base_commit: str | None) -> bool | None:
         """No answer before a create: a cluster learns of a bad image at pull time."""
         return None

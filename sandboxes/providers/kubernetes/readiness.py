@@ -126,6 +126,14 @@ class ReadinessTracker:
         self._lost.append(LostSandbox(meta.get("name", ""), meta.get("uid", ""), *lost))
         del self._lost[:-_DELETED_KEPT]
 
+    def lost_now(self, name: str, uid: str) -> LostSandbox | None:
+        """The cached pod ``name`` (as ``uid``, if given) is Failed or not Ready now."""
+        pod = self._cache.get(name)
+        if pod is None or (uid and pod_meta(pod).get("uid") != uid):
+            return None
+        lost = lost_reason(pod)
+        return None if lost is None else LostSandbox(name, pod_meta(pod).get("uid", ""), *lost)
+
     def take_lost(self) -> list[LostSandbox]:
         """Every pod lost since the last call (each reported once)."""
         lost, self._lost = self._lost, []

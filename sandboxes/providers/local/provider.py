@@ -450,6 +450,10 @@ class LocalProvider:
         """A local sandbox dies with its process, which its holder sees at once: none."""
         return []
 
+    def lost_now(self, name: str, uid: str) -> LostSandbox | None:
+        """Never: a dead local sandbox fails its health check."""
+        return None
+
     def check_image(self, image: str, base_commit: str | None) -> bool | None:
         """True if a create with this image would start; False if it would be refused."""
         try:
