@@ -65,6 +65,16 @@ class TokenBucket:
         self._refill()
         return self._tokens
 
+    def _queued(self) -> bool:
+        """Whether a live caller waits: drops finished heads (granted ones are popped when
+        granted, so these are cancelled ones) and looks at the first live one. O(1) per
+        call, amortised -- counting every waiter, as ``queue_length`` does, made a burst of
+        N acquires O(N^2): 12,000 queued in ~3.9 s of CPU (``bench/pacer_queue.py``)."""
+        waiters = self._waiters
+        while waiters and waiters[0].done():
+            waiters.popleft()
+        return bool(waiters)
+
     # -- taking tokens ------------------------------------------------------------------
     def _refill(self) -> None:
         now = self._clock()
@@ -76,7 +86,7 @@ class TokenBucket:
     def try_take(self) -> bool:
         """Take a token at once if one is free and nobody queues ahead; never waits."""
         self._refill()
-        if self.queue_length == 0 and self._tokens >= 1.0:
+        if not self._queued() and self._tokens >= 1.0:
             self._tokens -= 1.0
             self.granted += 1
             return True
@@ -126,7 +136,7 @@ class TokenBucket:
 
     def _kick(self) -> None:
         if self._pump is None or self._pump.done():
-            if not any(not w.done() for w in self._waiters):
+            if not self._queued():
                 return
             self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 

@@ -205,3 +205,23 @@ async def test_two_jobs_bursting_at_once_get_the_cluster_rate_between_them_and_e
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_cancelled_head_of_the_queue_neither_blocks_nor_lets_a_newcomer_jump_it():
+    """``try_take`` looks past callers that gave up (finished heads) to the first live one:
+    a live caller behind a cancelled head still holds the newcomer back; once every queued
+    caller gave up, a free token is taken at once."""
+    clock = FakeClock()
+    b = bucket(clock, rate=1.0, burst=1)
+    await b.acquire()  # the banked token
+    head = asyncio.create_task(b.acquire())
+    behind = asyncio.create_task(b.acquire())
+    await clock.settle()
+    head.cancel()
+    await clock.settle()
+    b._tokens = 1.0  # a token is free (as if refilled) while ``behind`` still waits
+    b._stamp = clock()
+    assert not b.try_take() and b.queue_length == 1
+    behind.cancel()
+    await asyncio.gather(head, behind, return_exceptions=True)
+    assert b.try_take() and b.queue_length == 0
