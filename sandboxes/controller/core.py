@@ -34,6 +34,7 @@ from sandboxes.controller.acquire import AcquireRequest
 from sandboxes.controller.addresswatch import AddressWatch
 from sandboxes.controller.dbexec import DbExecutor
 from sandboxes.controller.hooks import ControllerHooks
+from sandboxes.controller.loops import new_loop
 from sandboxes.controller.parts import Parts, Tuning
 from sandboxes.controller.runtime import AcquireResult, JobRuntime, PrewarmKey, utc_now
 from sandboxes.controller.state import ControllerState
@@ -162,7 +163,7 @@ class Controller:
         with self._lock:
             if self.started:
                 return
-            loop = asyncio.new_event_loop()
+            loop = new_loop()  # uvloop's when installed (loops.py)
             state = ControllerState(
                 provider=self._ensure_provider(),
                 loop=loop,
