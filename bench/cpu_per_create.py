@@ -53,7 +53,7 @@ def run_once(tree: Path, out_dir: Path, tag: str, args: argparse.Namespace) -> d
         "requested", "ready", "pods_left_after_drain", "controller_cpu_s",
         "controller_cpu_ms_per_create", "controller_cpu_user_s", "controller_cpu_sys_s",
         "controller_cpu_s_by_thread", "standin_cpu_s", "write_batches", "burst_wall_s",
-        "drain_s", "drain_cpu_ms_per_sandbox", "drain_cpu_s_by_thread", "controller_loop",
+        "drain_s", "drain_cpu_ms_per_sandbox", "drain_cpu_s_by_thread",
     )  # fmt: skip
     return {"tree": tag, "loadavg_at_start": [round(x, 2) for x in load]} | {
         k: step[k] for k in keep if k in step

@@ -243,7 +243,6 @@ class Ramp:
             "controller_cpu_sys_s": round(ru1.ru_stime - ru0.ru_stime, 2),
             "controller_cpu_s_by_thread": thread_cpu_delta(threads0, threads1),
             "standin_cpu_s": round(standin_cpu, 2),
-            "controller_loop": self.controller.stats().get("loop", "asyncio"),
             "write_batches": {
                 "batches": batches,
                 "writes": writes,

@@ -34,7 +34,6 @@ from sandboxes.controller.acquire import AcquireRequest
 from sandboxes.controller.addresswatch import AddressWatch
 from sandboxes.controller.dbexec import DbExecutor
 from sandboxes.controller.hooks import ControllerHooks
-from sandboxes.controller.loops import new_loop
 from sandboxes.controller.parts import Parts, Tuning
 from sandboxes.controller.runtime import AcquireResult, JobRuntime, PrewarmKey, utc_now
 from sandboxes.controller.state import ControllerState
@@ -163,7 +162,7 @@ class Controller:
         with self._lock:
             if self.started:
                 return
-            loop = new_loop()  # uvloop's when installed (loops.py)
+            loop = asyncio.new_event_loop()
             state = ControllerState(
                 provider=self._ensure_provider(),
                 loop=loop,

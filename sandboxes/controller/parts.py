@@ -24,7 +24,6 @@ from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.drain import Drainer
 from sandboxes.controller.hooks import ControllerHooks
 from sandboxes.controller.lifecycle import Releaser
-from sandboxes.controller.loops import loop_kind
 from sandboxes.controller.maintenance import MaintenanceRunner
 from sandboxes.controller.offers import Offers
 from sandboxes.controller.ownership import Ownership
@@ -123,7 +122,6 @@ class Parts:
         state = self.state
         return {
             "started": True,
-            "loop": loop_kind(state.loop),
             "reconciled": state.reconciled,
             "cluster_queue": state.cluster.queue_length,
             "write_batches": {
