@@ -21,6 +21,7 @@ Invariants a reader must not break:
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import hashlib
@@ -124,6 +125,10 @@ class JobPool:
     last_request: dict[PoolKey, float] = field(default_factory=dict)
     draining: bool = False
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    # Warm builds in ``creating`` per key, kept as tickets come and go: ``fill_plan`` runs
+    # on every acquire, and counting ``creating`` there made a burst of N acquires of a job
+    # with a warm target O(N^2) (``bench/pool_fill.py``).
+    _warm_building: collections.Counter[PoolKey] = field(default_factory=collections.Counter)
 
     # -- counts -------------------------------------------------------------------------
     @property
@@ -359,6 +364,8 @@ class JobPool:
             admitted_at=self.clock(),
         )
         self.creating[ticket.ticket_id] = ticket
+        if purpose is Purpose.WARM:
+            self._warm_building[key] += 1
         return Admission(ticket=ticket, evicted=evicted)
 
     def _oldest_warm(self, *, excluding: PoolKey) -> WarmPod | None:
@@ -373,22 +380,16 @@ class JobPool:
             return []
         room = self.limits.max_live - self.live_count
         plan: list[PoolKey] = []
-        # Called on every acquire: the keys short of warm pods come first, and the creating
-        # book is counted (one pass) only when one is -- never once per key and acquire,
-        # which made a burst of N acquires cost O(N^2) (bench/results/profile_*.txt).
+        # Called on every acquire: the keys short of warm pods, less the warm builds already
+        # under way (kept per key as tickets come and go, never counted here: a burst of N
+        # acquires would cost O(N^2); bench/results/profile_*.txt, pool_fill.json).
         short = {
             key: want
             for key in sorted(set(self.targets) | set(self.last_request), key=lambda k: k.hash)
             if (want := self.target_for(key) - self.warm_for(key)) > 0
         }
-        if not short:
-            return plan
-        building: dict[PoolKey, int] = {}
-        for t in self.creating.values():
-            if t.purpose == Purpose.WARM and t.key in short:
-                building[t.key] = building.get(t.key, 0) + 1
         for key, want in short.items():
-            deficit = want - building.get(key, 0)
+            deficit = want - self._warm_building.get(key, 0)
             for _ in range(max(0, deficit)):
                 if room <= 0:
                     return plan
@@ -407,7 +408,11 @@ class JobPool:
         The ticket leaves ``creating``; the caller then calls :meth:`hand_out`,
         :meth:`add_warm` or nothing (delete), as answered.
         """
-        self.creating.pop(ticket.ticket_id, None)
+        left = self.creating.pop(ticket.ticket_id, None)
+        if left is not None and left.purpose is Purpose.WARM:
+            self._warm_building[left.key] -= 1
+            if self._warm_building[left.key] <= 0:
+                del self._warm_building[left.key]
         if not ready or self.draining or agent_used:
             return Settle.DELETE
         if ticket.purpose is Purpose.ACQUIRE and not ticket.abandoned:

@@ -171,6 +171,22 @@ def test_fill_plan_builds_up_to_the_prewarm_target_within_the_cap():
     assert p.fill_plan() == []  # creating warm builds count toward the target
 
 
+def test_warm_builds_under_way_count_per_key_until_they_settle_and_acquires_never_count():
+    clock = FakeClock()
+    p = pool(clock, max_live=100)
+    p.set_target(key(), 2)
+    p.set_target(key(cpu=100), 1)
+    acquiring = p.admit(key(), purpose=Purpose.ACQUIRE).ticket  # not a warm build
+    builds = [p.admit(k, purpose=Purpose.WARM).ticket for k in p.fill_plan()]
+    assert sorted(t.key.cpu_millis for t in builds if t) == [100, 1000, 1000]
+    assert p.fill_plan() == []
+    failed = next(t for t in builds if t and t.key == key())
+    assert p.settle(failed, ready=False) is Settle.DELETE  # one build of key() failed
+    assert p.fill_plan() == [key()]  # ... so one more is planned for it, none for the other
+    assert acquiring is not None and p.settle(acquiring, ready=False) is Settle.DELETE
+    assert p.fill_plan() == [key()]  # an acquire's create leaving changes no warm count
+
+
 def test_every_hand_out_of_a_prewarmed_key_asks_for_one_replacement():
     clock = FakeClock()
     p = pool(clock)
