@@ -61,9 +61,11 @@ class Drainer:
     async def _drain_job(self, rt: JobRuntime, warm_ids: list[int]) -> None:
         ids = [*warm_ids, *rt.pool.in_use, *rt.pool.checking]
         deletes = [self._delete(rt, sid) for sid in ids]
-        in_flight = {t.sandbox_id for t in rt.pool.creating.values()}
+        # Sets: a row is looked up in each (12,000 in use looked up in a list held the loop
+        # ~0.8 s at the drain's start).
+        booked, in_flight = set(ids), {t.sandbox_id for t in rt.pool.creating.values()}
         for row in await self._tasks.db(queries.rows_of_job, job_id=rt.job_id):
-            if row.id in ids or row.id in in_flight or row.state == SandboxState.DELETING:
+            if row.id in booked or row.id in in_flight or row.state == SandboxState.DELETING:
                 continue
             deletes.append(self._delete(rt, row.id))
         while rt.pool.creating:  # creates settle into deletes (the pool is draining)

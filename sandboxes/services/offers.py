@@ -119,7 +119,8 @@ def sandbox_withdraw_offers(*, sandbox_ids: Sequence[int]) -> tuple[list[int], d
             [ids, SandboxState.READY],
         )
         won = [row[0] for row in cur.fetchall()]
-        others = [i for i in ids if i not in set(won)]
+        taken = set(won)  # once: a drain or a trim withdraws every offer of a job at once
+        others = [i for i in ids if i not in taken]
         if not others:
             return won, {}
         cur.execute(f"SELECT id, state FROM {_S} WHERE id = ANY(%s)", [others])
