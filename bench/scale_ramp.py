@@ -120,18 +120,41 @@ class Ramp:
             SANDMAN_K8S_VERIFY_HEALTH=False,
         )
         base = KubernetesProvider.from_settings(settings)
-        config = dataclasses.replace(base.config, topology_spread=True)
+        self.config = dataclasses.replace(base.config, topology_spread=True)
         base.api_client.close()
-        self.provider = KubernetesProvider(config)
-        self.controller = Controller(
-            provider=self.provider,
-            sweep_interval_s=0,
-            cluster_rate=max(args.rate * 2, 50.0),
-            cluster_burst=100,
-            write_batch_max=args.write_batch_max,
-        )
-        self.controller.start()
+        self.provider, self.controller = self._controller(KubernetesProvider, Controller)
         self.owner, _ = get_user_model().objects.get_or_create(username="ramp")
+
+    def _controller(self, provider_cls: Any, controller_cls: Any) -> tuple[Any, Any]:
+        """A provider and a started controller (its start reconciles with the stand-in)."""
+        provider = provider_cls(self.config)
+        controller = controller_cls(
+            provider=provider,
+            sweep_interval_s=0,
+            cluster_rate=max(self.args.rate * 2, 50.0),
+            cluster_burst=100,
+            write_batch_max=self.args.write_batch_max,
+        )
+        controller.start()
+        return provider, controller
+
+    def restart(self, job: Any) -> dict[str, Any]:
+        """A new controller takes over the live step (as a new leader does after a
+        failover): the old one stops, the new one's ``start()`` lists the pods, reads the
+        rows and adopts every live sandbox before it returns. Its wall time and this
+        process's CPU over it, and the adoptions recorded."""
+        from sandboxes import events
+        from sandboxes.controller import Controller
+        from sandboxes.models import SandboxEvent
+        from sandboxes.providers.kubernetes import KubernetesProvider
+
+        self.controller.stop()
+        wall0, cpu0 = time.monotonic(), time.process_time()
+        self.provider, self.controller = self._controller(KubernetesProvider, Controller)
+        wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+        adopted = SandboxEvent.objects.filter(sandbox__job=job, kind=events.ADOPTED).count()
+        return {"reconcile_wall_s": round(wall, 2), "reconcile_cpu_s": round(cpu, 2),
+                "adopted": adopted}  # fmt: skip
 
     def close(self) -> None:
         self.controller.stop()
@@ -206,6 +229,8 @@ class Ramp:
         create_ms = calls.get("create", [])[calls0.get("create", 0) :]
         all_ms = [x for op, v in calls.items() for x in v[calls0.get(op, 0) :]]
         failures = self.standin.get("address-failures").get("total", 0) - failures0
+        watches = self.watches()
+        restart = self.restart(job) if args.restart else None  # the new controller drains
         drain0, drain_cpu0, drain_threads0 = time.monotonic(), time.process_time(), thread_cpu_s()
         self.controller.drain(job_id=job.pk)
         deadline = time.monotonic() + 900
@@ -248,8 +273,9 @@ class Ramp:
                 "writes": writes,
                 "writes_per_batch": round(writes / batches, 2) if batches else None,
             },
-            "watches": self.watches(),
+            "watches": watches,
             "hold": hold,
+            "restart": restart,
             "drain_s": round(drain_s, 2),
             "drain_cpu_s": round(drain_cpu, 3),
             "drain_cpu_ms_per_sandbox": round(drain_cpu / max(1, len(ok)) * 1000.0, 3),
@@ -330,6 +356,10 @@ def main() -> None:
     parser.add_argument("--write-batch-max", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--name", default="scale_ramp")
+    parser.add_argument(
+        "--restart", action="store_true", help="after each step (and its hold) a new "
+        "controller takes the live pods over before the drain: its reconcile's time",
+    )  # fmt: skip
     args = parser.parse_args()
     steps = [int(s) for s in args.steps.split(",") if s]
     out_json, out_html = RESULTS / f"{args.name}.json", RESULTS / f"{args.name}.html"

@@ -87,7 +87,7 @@ class Parts:
         acquirer = Acquirer(state, tasks, gate, runtimes, creates, deleter, warm, batcher, offers)
         drainer = Drainer(state, tasks, runtimes, deleter, ownership)
         releaser = Releaser(state, tasks, runtimes, deleter, creates, reuse, batcher)
-        reconciler = Reconciler(state, tasks, runtimes, deleter, offers)
+        reconciler = Reconciler(state, tasks, runtimes, deleter, offers, batcher)
         maintenance = MaintenanceRunner(
             state,
             tasks,

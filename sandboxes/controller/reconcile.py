@@ -25,9 +25,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from collections.abc import Awaitable, Iterable
+from typing import Any
 
 from sandboxes import events
 from sandboxes.controller import queries
+from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.deletes import Deleter
 from sandboxes.controller.offers import Offers
 from sandboxes.controller.queries import SandboxRow
@@ -40,11 +43,9 @@ from sandboxes.providers.base import OwnedSandbox
 from sandboxes.services import (
     DeleteOrder,
     acquisitions_close_unanswered,
-    pending_delete_confirmed,
     pending_delete_for_unknown,
     sandbox_begin_delete,
     sandbox_mark_gone,
-    sandbox_record_event,
 )
 from sandboxes.states import JobState, SandboxState
 
@@ -82,12 +83,14 @@ class Reconciler:
         runtimes: Runtimes,
         deleter: Deleter,
         offers: Offers,
+        batcher: WriteBatcher,
     ) -> None:
         self._state = state
         self._tasks = tasks
         self._runtimes = runtimes
         self._deleter = deleter
         self._offers = offers
+        self._batcher = batcher
 
     async def reconcile(self) -> dict[str, int]:
         """Adopt, delete and end rows as the rules above say; return counts."""
@@ -113,11 +116,12 @@ class Reconciler:
             "unanswered_acquisitions": len(unanswered),
         }
         orders = await self._settle_listed(owned, rows, counts, now)
+        confirmed: list[str] = []  # deletes the backend already finished: batched below
         for row in rows:
             if row.name not in owned:
                 counts["gone"] += 1
                 if row.state == SandboxState.DELETING:
-                    await db(pending_delete_confirmed, name=row.name, now=now)
+                    confirmed.append(row.name)
                 else:
                     await db(
                         sandbox_mark_gone,
@@ -129,9 +133,10 @@ class Reconciler:
             queries.pending_deletes_due, now=now, backend=state.backend, all_due=True
         ):
             if order.name not in owned:
-                await db(pending_delete_confirmed, name=order.name, now=now)
+                confirmed.append(order.name)
             else:
                 orders.setdefault(order.name, order)
+        await _all(self._batcher.confirm_deleted(name) for name in dict.fromkeys(confirmed))
         if orders:
             await asyncio.gather(*(self._deleter.destroy(o) for o in orders.values()))
         log.info("reconciled with the %s backend: %s", state.backend, counts)
@@ -148,6 +153,7 @@ class Reconciler:
         db = self._tasks.db
         orders: dict[str, DeleteOrder] = {}
         by_name = {row.name: row for row in rows}
+        adopted: list[SandboxRow] = []
         for name, item in owned.items():
             row = by_name.get(name)
             if row is None:
@@ -164,6 +170,7 @@ class Reconciler:
                 )
             elif _adoptable(row, item.phase or ""):
                 await self._adopt(row)
+                adopted.append(row)
                 counts["adopted"] += 1
             else:
                 counts["deleted"] += 1
@@ -172,6 +179,12 @@ class Reconciler:
                 )
                 if order is not None:
                     orders[name] = order
+        # Every adoption's event at once, through the batcher (batches of up to 500): one
+        # write each, in sequence, held a new leader's reconcile ~1-2 ms per live sandbox.
+        await _all(
+            self._batcher.event(row.id, events.ADOPTED, now, {"state": row.state})
+            for row in adopted
+        )
         return orders
 
     async def _adopt(self, row: SandboxRow) -> None:
@@ -190,10 +203,12 @@ class Reconciler:
                     reused=row.reuse_count > 0,
                 )
             )
-        await self._tasks.db(
-            sandbox_record_event,
-            sandbox_id=row.id,
-            kind=events.ADOPTED,
-            now=self._state.now(),
-            detail={"state": row.state},
-        )
+
+
+async def _all(writes: Iterable[Awaitable[Any]]) -> None:
+    """Await every write (queued together: the batcher sends them in few batches); the first
+    failure is raised once all have ended."""
+    done = await asyncio.gather(*writes, return_exceptions=True)
+    failed = next((d for d in done if isinstance(d, BaseException)), None)
+    if failed is not None:
+        raise failed
