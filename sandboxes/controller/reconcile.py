@@ -44,9 +44,9 @@ from sandboxes.services import (
     DeleteOrder,
     acquisitions_close_unanswered,
     pending_delete_for_unknown,
-    sandbox_begin_delete,
     sandbox_mark_gone,
 )
+from sandboxes.services.batch_deletes import DeleteRequest
 from sandboxes.states import JobState, SandboxState
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class Reconciler:
         orders: dict[str, DeleteOrder] = {}
         by_name = {row.name: row for row in rows}
         adopted: list[SandboxRow] = []
+        deleting: list[SandboxRow] = []
         for name, item in owned.items():
             row = by_name.get(name)
             if row is None:
@@ -174,11 +175,20 @@ class Reconciler:
                 counts["adopted"] += 1
             else:
                 counts["deleted"] += 1
-                order = await db(
-                    sandbox_begin_delete, sandbox_id=row.id, reason="reconcile", now=now
-                )
-                if order is not None:
-                    orders[name] = order
+                deleting.append(row)
+        # A failover mid-burst leaves up to ``max_creating`` creates per job to delete.
+        begun = await asyncio.gather(
+            *(
+                self._batcher.begin_delete(DeleteRequest(row.id, "reconcile", now))
+                for row in deleting
+            ),
+            return_exceptions=True,
+        )
+        for row, order in zip(deleting, begun, strict=True):
+            if isinstance(order, BaseException):
+                raise order
+            if order is not None:
+                orders[row.name] = order
         # Every adoption's event at once, through the batcher (batches of up to 500): one
         # write each, in sequence, held a new leader's reconcile ~1-2 ms per live sandbox.
         await _all(
