@@ -91,6 +91,7 @@ def main() -> None:
         }
         for tag in ("baseline", "this")
     }
+    postgres = os.environ.get("DATABASE_URL", "").startswith("postgres")
     result = {
         "benchmark": "takeover",
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -99,7 +100,7 @@ def main() -> None:
         "server": "none (controller in process, no HTTP front); stand-in out of process",
         "settings": {
             "DJANGO_SETTINGS_MODULE": "sandman_site.settings.test",
-            "database": "postgresql" if os.environ.get("DATABASE_URL", "").startswith("postgres") else "sqlite",
+            "database": "postgresql" if postgres else "sqlite",
             "SANDMAN_K8S_VERIFY_HEALTH": "false",
         },
         "machine": {
