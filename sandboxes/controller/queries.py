@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from django.db.models import Min, Q
+from django.db.models import Min, Q, QuerySet
 
 from sandboxes import events
 from sandboxes.models import Job, PendingDelete, Sandbox, SandboxEvent
@@ -146,15 +146,34 @@ def verdict_contradicted(*, job_id: int, patch_sha256: str, suite: str, verdict:
     ).exists()
 
 
+# SandboxRow's fields in its order, as ``values_list`` names them (``_row``'s mapping).
+_ROW_COLUMNS = (
+    "pk", "job_id", "job__state", "name", "nonce", "token", "backend", "backend_uid",
+    "backend_ref", "state", "role", "image", "base_commit", "cpu_millis", "memory_bytes",
+    "workspace_bytes", "address", "agent_used", "reuse_count", "reuse_verdicts", "acquired_at",
+)  # fmt: skip
+
+
+def _rows(qs: QuerySet[Sandbox]) -> list[SandboxRow]:
+    """``_row`` of every sandbox of ``qs`` without building a model per row (and its job's):
+    a new leader reads every live row at once (2,000 took ~0.5 s through ``_row``)."""
+    rows = []
+    for values in qs.values_list(*_ROW_COLUMNS):
+        fields = list(values)
+        fields[19] = dict(fields[19] or {})  # reuse_verdicts, as _row copies it
+        rows.append(SandboxRow(*fields))
+    return rows
+
+
 def rows_not_deleted(*, backend: str) -> list[SandboxRow]:
     """Every row of this backend that may still hold a backend sandbox."""
-    qs = Sandbox.objects.select_related("job").filter(backend=backend)
-    return [_row(s) for s in qs.exclude(state=SandboxState.DELETED).order_by("pk")]
+    qs = Sandbox.objects.filter(backend=backend)
+    return _rows(qs.exclude(state=SandboxState.DELETED).order_by("pk"))
 
 
 def rows_of_job(*, job_id: int) -> list[SandboxRow]:
-    qs = Sandbox.objects.select_related("job").filter(job_id=job_id)
-    return [_row(s) for s in qs.exclude(state=SandboxState.DELETED).order_by("pk")]
+    qs = Sandbox.objects.filter(job_id=job_id)
+    return _rows(qs.exclude(state=SandboxState.DELETED).order_by("pk"))
 
 
 def names_with_rows(*, names: list[str], since: dt.datetime) -> set[str]:
