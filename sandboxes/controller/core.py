@@ -199,6 +199,7 @@ class Controller:
         except Exception:
             log.exception("reconcile at start failed; the maintenance loop retries it")
         parts.offers.start()  # direct hand-out: follow claims, offer the adopted warm pods
+        parts.state.provider.listen_lost(parts.maintenance.lost_soon)  # losses failed at once
         if self.address_source is not None:
             self.address_watch = watch = AddressWatch(parts.state, parts.tasks, self.address_source)
             await watch.poll()  # the gate knows the subnets before the first create

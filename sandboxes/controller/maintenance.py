@@ -55,6 +55,8 @@ class MaintenanceRunner:
         # Unclaimed hand-outs appear only at a controller's start (reconcile ends the rows
         # a dead one left): looked for until a round finds none left, then never again.
         self._unclaimed_left = True
+        self._lost_run: asyncio.Task[None] | None = None
+        self._lost_again = False
 
     async def run(self) -> dict[str, int]:
         """Idle trim, lifetime reclaim, delete retries, warm fill, drained check; counts."""
@@ -96,6 +98,24 @@ class MaintenanceRunner:
         if deletes:
             await asyncio.wait(deletes)
         return len(deletes)
+
+    def lost_soon(self) -> None:
+        """The provider saw a sandbox lost (``Provider.listen_lost``): fail it now, not at
+        the next round -- an offered pod is claimable by the web workers until then. One
+        run at a time; a loss seen during it is taken by a run queued behind it."""
+        if self._state.stopping:
+            return
+        self._lost_again = True
+        if self._lost_run is None or self._lost_run.done():
+            self._lost_run = self._tasks.spawn(self._fail_lost_until_done(), name="lost-now")
+
+    async def _fail_lost_until_done(self) -> None:
+        while self._lost_again:
+            self._lost_again = False
+            try:
+                await self._fail_lost()
+            except Exception:  # the next round takes what is left
+                log.exception("failing the lost sandboxes failed")
 
     async def _fail_lost(self) -> int:
         """Sandboxes the backend lost (evicted, node lost, Ready turned False): failed with

@@ -20,6 +20,7 @@ Ordering rules a backend must keep (paper §4.4, Appendix F):
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -177,6 +178,11 @@ class Provider(Protocol):
         """Sandboxes that were Ready and are no longer (evicted, node lost, Ready turned
         False) since the last call, each reported once; [] on a backend that cannot lose
         a Ready sandbox behind its holder's back."""
+        ...
+
+    def listen_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` (on the provider's loop) whenever ``take_lost`` has something
+        new; a backend that never reports losses never calls it."""
         ...
 
     def lost_now(self, name: str, uid: str) -> LostSandbox | None:

@@ -226,6 +226,11 @@ class KubernetesProvider:
         readiness probe failing), each once; the controller fails and deletes them."""
         return self._readiness.take_lost()
 
+    def listen_lost(self, callback: Callable[[], None]) -> None:
+        """``callback()`` on the provider's loop each time the pod watch shows a Ready pod
+        lost, so the owner takes it (``take_lost``) at once rather than at its next round."""
+        self._readiness.on_lost = callback
+
     def lost_now(self, name: str, uid: str) -> LostSandbox | None:
         """The pod as the pod watch last delivered it is Failed or not Ready (execd may
         still answer: a failing readiness probe, a node that stopped reporting)."""

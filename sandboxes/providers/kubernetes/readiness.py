@@ -80,6 +80,7 @@ class ReadinessTracker:
         self._waiters: dict[str, list[Waiter]] = {}
         # Pods that were Ready and no longer are, until the owner takes them (bounded).
         self._lost: list[LostSandbox] = []
+        self.on_lost: Callable[[], None] | None = None  # told at each new one (loop thread)
 
     # --- what the creator and the deleter tell us -------------------------------------------
     def note_stored(self, name: str, uid: str, stored_at: float, version: str) -> None:
@@ -125,6 +126,8 @@ class ReadinessTracker:
         meta = pod_meta(new)
         self._lost.append(LostSandbox(meta.get("name", ""), meta.get("uid", ""), *lost))
         del self._lost[:-_DELETED_KEPT]
+        if self.on_lost is not None:
+            self.on_lost()
 
     def lost_now(self, name: str, uid: str) -> LostSandbox | None:
         """The cached pod ``name`` (as ``uid``, if given) is Failed or not Ready now."""

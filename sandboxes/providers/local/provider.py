@@ -450,6 +450,9 @@ class LocalProvider:
         """A local sandbox dies with its process, which its holder sees at once: none."""
         return []
 
+    def listen_lost(self, callback: Callable[[], None]) -> None:
+        """Nothing to tell: ``take_lost`` is always empty here."""
+
     def lost_now(self, name: str, uid: str) -> LostSandbox | None:
         """Never: a dead local sandbox fails its health check."""
         return None
