@@ -117,7 +117,10 @@ class Reconciler:
         }
         orders = await self._settle_listed(owned, rows, counts, now)
         confirmed: list[str] = []  # deletes the backend already finished: batched below
+        ours = self._creating_here()
         for row in rows:
+            if row.id in ours:
+                continue  # this controller's own create, begun during the reconcile
             if row.name not in owned:
                 counts["gone"] += 1
                 if row.state == SandboxState.DELETING:
@@ -155,8 +158,11 @@ class Reconciler:
         by_name = {row.name: row for row in rows}
         adopted: list[SandboxRow] = []
         deleting: list[SandboxRow] = []
+        ours = self._creating_here()
         for name, item in owned.items():
             row = by_name.get(name)
+            if row is not None and row.id in ours:
+                continue  # this controller's own create, begun during the reconcile
             if row is None:
                 counts["unknown"] += 1
                 orders[name] = await db(
@@ -196,6 +202,18 @@ class Reconciler:
             for row in adopted
         )
         return orders
+
+    def _creating_here(self) -> set[int]:
+        """Rows of creates THIS controller runs: it takes acquires once started, so one
+        may have written its ``requested`` row (or sent its pod) before the rows were read.
+        Such a row is no earlier process's leftover; ending it (no pod yet: "gone") failed
+        the create with ``deleted to creating``."""
+        return {
+            t.sandbox_id
+            for rt in self._runtimes.all()
+            for t in rt.pool.creating.values()
+            if t.sandbox_id is not None
+        }
 
     async def _adopt(self, row: SandboxRow) -> None:
         rt = await self._runtimes.get(row.job_id)
