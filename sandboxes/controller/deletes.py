@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from sandboxes import events
 from sandboxes.controller import queries
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.runtime import JobRuntime
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import AcquireGate, TaskOwner
-from sandboxes.providers.base import Handle
-from sandboxes.services import DeleteOrder, pending_delete_failed
+from sandboxes.providers.base import Handle, LostSandbox
+from sandboxes.services import DeleteOrder, pending_delete_failed, sandbox_mark_lost
 from sandboxes.services.batch_deletes import DeleteRequest
 from sandman_site.errors import ProviderConflict
 
@@ -54,6 +55,32 @@ class Deleter:
         if order is None:
             return True
         return await self.destroy(order)
+
+    async def record_lost(self, lost: LostSandbox) -> tuple[int, int] | None:
+        """A sandbox the backend lost (evicted, node lost, Ready turned False), failed with
+        the reason its holder reads: ``(sandbox id, job id)``, or None when no live row has
+        its name and uid (failed already, or gone). Its delete is the caller's
+        (:meth:`delete_lost`)."""
+        found = await self._tasks.db(
+            sandbox_mark_lost,
+            name=lost.name,
+            uid=lost.uid,
+            reason=lost.reason,
+            message=lost.message,
+            backend=self._state.backend,
+            now=self._state.now(),
+        )
+        if found is None:
+            return None
+        sandbox_id, job_id, before = found
+        log.warning("sandbox %s lost while %s: %s", lost.name, before, lost.reason)
+        return sandbox_id, job_id
+
+    def delete_lost(self, rt: JobRuntime, sandbox_id: int) -> asyncio.Task[bool]:
+        """The delete of a lost sandbox, as an owned task (its ``lost`` event)."""
+        return self._tasks.spawn(
+            self.delete_sandbox(rt, sandbox_id, reason="lost", kind=events.LOST), rt
+        )
 
     async def destroy(self, order: DeleteOrder) -> bool:
         """Send a persisted delete (joining the one in flight for its name, if any)."""

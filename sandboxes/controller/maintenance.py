@@ -22,7 +22,6 @@ from sandboxes.controller.reconcile import Reconciler
 from sandboxes.controller.runtimes import Runtimes
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
-from sandboxes.services import sandbox_mark_lost
 from sandboxes.services.recovery import sandboxes_reclaim_unclaimed, sandboxes_unclaimed
 
 log = logging.getLogger(__name__)
@@ -122,26 +121,11 @@ class MaintenanceRunner:
         the reason their holder reads, out of the pool, deleted."""
         deletes = []
         for lost in self._state.provider.take_lost():
-            found = await self._tasks.db(
-                sandbox_mark_lost,
-                name=lost.name,
-                uid=lost.uid,
-                reason=lost.reason,
-                message=lost.message,
-                backend=self._state.backend,
-                now=self._state.now(),
-            )
+            found = await self._deleter.record_lost(lost)
             if found is None:
                 continue
-            sandbox_id, job_id, before = found
-            log.warning("sandbox %s lost while %s: %s", lost.name, before, lost.reason)
-            rt = await self._runtimes.get(job_id)
-            deletes.append(
-                self._tasks.spawn(
-                    self._deleter.delete_sandbox(rt, sandbox_id, reason="lost", kind=events.LOST),
-                    rt,
-                )
-            )
+            sandbox_id, job_id = found
+            deletes.append(self._deleter.delete_lost(await self._runtimes.get(job_id), sandbox_id))
         if deletes:
             await asyncio.wait(deletes)
         return len(deletes)

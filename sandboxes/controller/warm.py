@@ -18,7 +18,6 @@ import asyncio
 import logging
 from typing import Any
 
-from sandboxes import events
 from sandboxes.controller import queries
 from sandboxes.controller.batcher import WriteBatcher
 from sandboxes.controller.deletes import Deleter
@@ -26,8 +25,8 @@ from sandboxes.controller.runtime import AcquireResult, JobRuntime, SandboxRef
 from sandboxes.controller.state import ControllerState
 from sandboxes.controller.tasks import TaskOwner
 from sandboxes.pool import WarmPod
-from sandboxes.providers.base import Handle, LostSandbox
-from sandboxes.services import sandbox_mark_healthy, sandbox_mark_lost
+from sandboxes.providers.base import Handle
+from sandboxes.services import sandbox_mark_healthy
 from sandboxes.services.batch import HandOut
 from sandboxes.services.moves import hand_out_move
 from sandboxes.states import AcquisitionOutcome, SandboxSource, SandboxState
@@ -85,7 +84,10 @@ class WarmHandOut:
             if lost is not None:
                 rt.pool.forget(sid)
                 handed = True
-                await self._record_lost(rt, sid, lost)
+                # Failed with the backend's reason, as the next maintenance round would
+                # (which then finds the row failed and skips it), then deleted.
+                await self._deleter.record_lost(lost)
+                self._deleter.delete_lost(rt, sid)
                 return None
             acquisition_id = await asyncio.shield(opened)  # on record before the hand-out
             handed = True
@@ -97,23 +99,6 @@ class WarmHandOut:
                 # Cancelled before anything changed: the pod is still a clean warm pod.
                 rt.pool.add_warm(pod)
                 self._state.became_warm(rt)
-
-    async def _record_lost(self, rt: JobRuntime, sid: int, lost: LostSandbox) -> None:
-        """Failed with the backend's reason (what ``Maintenance._fail_lost`` writes; its
-        round then finds the row failed and skips it), then deleted."""
-        log.warning("warm sandbox %s lost before its hand-out: %s", lost.name, lost.reason)
-        await self._tasks.db(
-            sandbox_mark_lost,
-            name=lost.name,
-            uid=lost.uid,
-            reason=lost.reason,
-            message=lost.message,
-            backend=self._state.backend,
-            now=self._state.now(),
-        )
-        self._tasks.spawn(
-            self._deleter.delete_sandbox(rt, sid, reason="lost", kind=events.LOST), rt
-        )
 
     async def _ref(self, rt: JobRuntime, sid: int) -> SandboxRef | None:
         """The pod's identity, cached or read; None (and forgotten) if it is not ready."""
