@@ -26,7 +26,7 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Iterable
-from typing import Any
+from typing import TypeVar
 
 from sandboxes import events
 from sandboxes.controller import queries
@@ -49,6 +49,7 @@ from sandboxes.services import (
 from sandboxes.services.batch_deletes import DeleteRequest
 from sandboxes.states import JobState, SandboxState
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -183,16 +184,10 @@ class Reconciler:
                 counts["deleted"] += 1
                 deleting.append(row)
         # A failover mid-burst leaves up to ``max_creating`` creates per job to delete.
-        begun = await asyncio.gather(
-            *(
-                self._batcher.begin_delete(DeleteRequest(row.id, "reconcile", now))
-                for row in deleting
-            ),
-            return_exceptions=True,
+        begun = await _all(
+            self._batcher.begin_delete(DeleteRequest(row.id, "reconcile", now)) for row in deleting
         )
         for row, order in zip(deleting, begun, strict=True):
-            if isinstance(order, BaseException):
-                raise order
             if order is not None:
                 orders[row.name] = order
         # Every adoption's event at once, through the batcher (batches of up to 500): one
@@ -233,10 +228,11 @@ class Reconciler:
             )
 
 
-async def _all(writes: Iterable[Awaitable[Any]]) -> None:
-    """Await every write (queued together: the batcher sends them in few batches); the first
-    failure is raised once all have ended."""
+async def _all(writes: Iterable[Awaitable[T]]) -> list[T]:
+    """Every write's answer, in order (queued together: the batcher sends them in few
+    batches); the first failure is raised once all have ended."""
     done = await asyncio.gather(*writes, return_exceptions=True)
     failed = next((d for d in done if isinstance(d, BaseException)), None)
     if failed is not None:
         raise failed
+    return done  # type: ignore[return-value]
