@@ -16,31 +16,13 @@ Usage: ``python bench/pool_fill.py [--baseline REV] [--sizes 1000,4000,12000] [-
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import json
-import os
-import platform
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-
-
-def load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from module_compare import arguments, compare  # noqa: E402
 
 
 def burst_cpu_s(pool_mod: ModuleType, n: int) -> tuple[float, int]:
@@ -61,53 +43,18 @@ def burst_cpu_s(pool_mod: ModuleType, n: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--baseline", default="d643d19")
-    parser.add_argument("--sizes", default="1000,4000,12000")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS / "pool_fill.json")
-    args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    old_text = subprocess.run(
-        ["git", "show", f"{args.baseline}:sandboxes/pool.py"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        old_path = Path(tmp) / "pool_baseline.py"
-        old_path.write_text(old_text)
-        trees = {
-            "baseline": load(old_path, "pool_baseline"),
-            "this": load(ROOT / "sandboxes" / "pool.py", "pool_this"),
-        }
-        load0 = os.getloadavg()
-        runs: dict[str, dict[int, list[float]]] = {t: {n: [] for n in sizes} for t in trees}
-        builds: dict[str, dict[int, int]] = {t: {} for t in trees}
-        for _ in range(args.rounds):
-            for n in sizes:
-                for tag, module in trees.items():
-                    spent, started = burst_cpu_s(module, n)
-                    runs[tag][n].append(round(spent, 4))
-                    builds[tag][n] = started
-    assert builds["this"] == builds["baseline"], builds  # the same plan, only faster
-    result: dict[str, Any] = {
-        "benchmark": "pool_fill",
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "what": "CPU seconds of the pool books for N acquires of one key (admit, fill_plan, "
+    args = arguments(__doc__, baseline="d643d19", out="pool_fill.json")
+    compare(
+        args,
+        "sandboxes/pool.py",
+        burst_cpu_s,  # both trees must start the same warm builds (same_in_both_trees)
+        benchmark="pool_fill",
+        what="CPU seconds of the pool books for N acquires of one key (admit, fill_plan, "
         f"the warm builds' admits), warm_per_key 2, baseline {args.baseline} and this tree "
         f"alternating, {args.rounds} rounds",
-        "server": "none (in process)",
-        "settings": {"warm_per_key": 2, "warm_builds_started": builds["this"]},
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "loadavg_before": [round(x, 2) for x in load0],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        },
-        "summary": {tag: {str(n): statistics.median(runs[tag][n]) for n in sizes} for tag in trees},
-        "runs": {tag: {str(n): v for n, v in by.items()} for tag, by in runs.items()},
-    }
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["summary"]))
+        server="none (in process)",
+        settings={"warm_per_key": 2},
+    )
 
 
 if __name__ == "__main__":
