@@ -7,6 +7,7 @@ The controller (pool, reconciliation, sweeps) starts here, once per process, whe
 from __future__ import annotations
 
 import os
+from importlib import import_module
 
 from django.core.asgi import get_asgi_application
 
@@ -43,6 +44,20 @@ def build_application(*, serve_static: bool) -> ProtocolTypeRouter:
     )
 
 
+def warm_up() -> None:
+    """Import now what a worker's first requests would import: the URLconf and every view it
+    names, and the fast path's routes with the direct hand-out (``hot_routes`` imports them
+    on first use). Without it a worker's first burst of acquires waited in its event loop
+    for about a second of imports (drf-spectacular, jinja2 and ``django.test`` by way of
+    the views' schema decorators), which was the tail of the first round of a burst."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf
+    for module in ("common", "direct", "jobs", "sandboxes"):
+        import_module(f"sandboxes.apis.{module}")
+
+
 application = build_application(serve_static=bool(getattr(settings, "SANDMAN_SERVE_STATIC", True)))
+warm_up()
 
 start_controller_once()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.test import Client
 
@@ -28,3 +33,33 @@ def test_plotly_js_is_found_by_staticfiles_from_the_installed_package() -> None:
     with open(path, "rb") as fh:
         head = fh.read(4096)
     assert b"plotly" in head.lower()
+
+
+def test_the_asgi_app_imports_what_the_first_requests_need_when_it_is_built(tmp_path: Path) -> None:
+    """A worker's first burst of acquires must not wait in its event loop for the imports
+    of the views and their schema decorators (``sandman_site.asgi.warm_up``). A fresh
+    interpreter, so what other tests imported does not count."""
+    probe = (
+        "import sys, sandman_site.asgi\n"
+        "from django.conf import settings\n"
+        "wanted = [settings.ROOT_URLCONF, 'sandboxes.apis.jobs', 'sandboxes.apis.sandboxes',\n"
+        "          'sandboxes.apis.direct', 'drf_spectacular.openapi']\n"
+        "print(','.join(m for m in wanted if m not in sys.modules))\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "sandman_site.settings.dev",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "SANDMAN_VAR_DIR": str(tmp_path),
+        "SANDMAN_CONTROLLER_AUTOSTART": "0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.strip() == "", f"not imported at start: {done.stdout.strip()}"
