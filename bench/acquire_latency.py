@@ -343,6 +343,7 @@ async def run(
             out["prewarm_s"] = round(time.monotonic() - t0, 3)
 
             concurrent = Phase()
+            per_round: list[dict[str, Any]] = []
             pairs_wall = gets_wall = 0.0  # wall time inside the bursts (refill waits excluded)
             client_cpu = 0.0
             server_cpu = {str(pid): 0.0 for pid in pids}
@@ -353,9 +354,16 @@ async def run(
                 if round_:  # the previous burst's replacement creates and deletes settling
                     refill_busy += host_busy_s() - r0
                 c0, s0, h0 = client_cpu_s(), _tree_cpu(pids), host_busy_s()
+                first = len(concurrent.acquire_ms)
                 t = time.perf_counter()
                 await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
-                pairs_wall += time.perf_counter() - t
+                wall = time.perf_counter() - t
+                pairs_wall += wall
+                # Each round apart: a first round slower than the rest is a start-up cost
+                # (imports, connections), not a steady one.
+                per_round.append(
+                    {"wall_s": round(wall, 3), "acquire_ms": summary(concurrent.acquire_ms[first:])}
+                )
                 host_busy += host_busy_s() - h0
                 client_cpu += client_cpu_s() - c0
                 for pid, spent in _cpu_between(s0, _tree_cpu(pids), pids).items():
@@ -366,6 +374,7 @@ async def run(
                 await asyncio.gather(*(get_job(concurrent) for _ in range(args.clients)))
                 gets_wall += time.perf_counter() - t
             out["concurrent"] = concurrent.report()
+            out["concurrent"]["rounds"] = per_round
             # Each burst ends with its slowest pair, so this is a lower bound of what a
             # steady stream of clients would get through.
             out["concurrent"]["pairs_per_s"] = round(len(concurrent.release_ms) / pairs_wall, 1)
