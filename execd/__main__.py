@@ -86,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         app.start()
         if stop.signum:  # asked to stop while starting: never listen
             return 0
-        server = Server((cfg.host, cfg.port), app)
+        server = Server((cfg.host, cfg.port), app, listen_fd=cfg.listen_fd)
         host, port = server.server_address[:2]
         server.serve_in_thread()
         sys.stdout.write("listening on %s:%d\n" % (str(host), port))

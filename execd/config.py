@@ -1,6 +1,7 @@
 """Command-line configuration, read once at start into an immutable ``Config``.
 
-``python3 -m execd --port PORT --token-file FILE --workspace DIR [options]``, or
+``python3 -m execd --port PORT --token-file FILE --workspace DIR [options]`` (or
+``--listen-fd FD``: an inherited listening socket instead of a port), and
 ``--token-key-file KEY --token-name NAME`` instead of ``--token-file``: the token is then
 HMAC-SHA256(key, NAME) in hex (``tokens.py``; a Kubernetes pod names itself, and the key
 is its job's).
@@ -54,6 +55,7 @@ class Config(NamedTuple):
     max_sessions: int
     idempotency_keys: int = 1024
     idempotency_ttl: float = 600.0
+    listen_fd: Optional[int] = None  # an inherited listening TCP socket, used instead of --port
 
 
 def _paths(text: Optional[str]) -> Optional[List[str]]:
@@ -83,7 +85,13 @@ def _read_token(p: argparse.ArgumentParser, a: argparse.Namespace) -> str:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p = argparse.ArgumentParser(prog="python3 -m execd", description=__doc__.splitlines()[0])
-    p.add_argument("--port", type=int, required=True, help="TCP port; 0 picks a free one")
+    p.add_argument("--port", type=int, help="TCP port; 0 picks a free one")
+    p.add_argument(
+        "--listen-fd",
+        type=int,
+        help="accept on this inherited listening TCP socket instead of binding --port "
+        "(a local sandbox's socket bound in the host's network namespace)",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--token-file", help="file holding the bearer token")
     p.add_argument(
@@ -196,6 +204,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p.add_argument("--test-hooks", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
+    if (a.port is None) == (a.listen_fd is None):
+        p.error("give exactly one of --port and --listen-fd")
     token = _read_token(p, a)
     startup = ""
     if a.startup_file:
@@ -208,7 +218,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         p.error("the workspace %s is not a directory" % workspace)
     return Config(
         host=a.host,
-        port=a.port,
+        port=a.port if a.port is not None else 0,
         token=token,
         workspace=workspace,
         run_dir=os.path.abspath(a.run_dir) if a.run_dir else None,
@@ -235,6 +245,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
         limits=Limits(a.idle_timeout, a.header_timeout, a.body_timeout, a.max_connections),
         idempotency_keys=max(1, a.idempotency_keys),
         idempotency_ttl=a.idempotency_ttl,
+        listen_fd=a.listen_fd,
         startup=startup,
         max_sessions=max(1, a.max_sessions),
     )

@@ -48,12 +48,27 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address: Tuple[str, int], app: App) -> None:
+    def __init__(self, address: Tuple[str, int], app: App, listen_fd: Optional[int] = None) -> None:
+        """Bind ``address``, or (``listen_fd``) accept on that inherited TCP socket: a local
+        sandbox's socket bound in the host's network namespace, while execd lives in an
+        empty one. It is made non-inheritable here, so no command execd starts gets it."""
         self.app = app
         self.stopping = False
         self._lock = threading.Lock()
         self._connections: Dict[threading.Thread, socket.socket] = {}
-        super().__init__(address, Handler)
+        if listen_fd is None:
+            super().__init__(address, Handler)
+        else:
+            super().__init__(address, Handler, bind_and_activate=False)
+            self.socket.close()
+            self.socket = socket.socket(fileno=listen_fd)
+            self.socket.set_inheritable(False)
+            self.server_address = self.socket.getsockname()
+            try:
+                self.server_activate()
+            except BaseException:
+                self.server_close()
+                raise
         self._acceptor = AcceptLoop(self.socket, self._accept_one, STOP_ACCEPT_S)
 
     def serve_in_thread(self) -> None:

@@ -4,6 +4,7 @@ http.client keep-alive client for it. Every daemon started here is stopped
 """
 
 import os
+import socket
 import subprocess
 import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -23,6 +24,7 @@ def start_execd(tmp_path_factory: Any) -> Iterator[Callable[..., Execd]]:
         python: str = sys.executable,
         env: Optional[Dict[str, str]] = None,
         token_args: Optional[List[str]] = None,
+        listener: Optional[socket.socket] = None,
     ) -> Execd:
         base = tmp_path_factory.mktemp("execd")
         ws = workspace or str(base / "ws")
@@ -34,8 +36,7 @@ def start_execd(tmp_path_factory: Any) -> Iterator[Callable[..., Execd]]:
             python,
             "-m",
             "execd",
-            "--port",
-            "0",
+            *(["--listen-fd", str(listener.fileno())] if listener else ["--port", "0"]),
             *(token_args if token_args is not None else ["--token-file", str(token_file)]),
             "--workspace",
             ws,
@@ -52,7 +53,12 @@ def start_execd(tmp_path_factory: Any) -> Iterator[Callable[..., Execd]]:
         child_env = dict(os.environ if env is None else env)
         child_env["PYTHONPATH"] = REPO_ROOT
         proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env, cwd=str(base)
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env,
+            cwd=str(base),
+            pass_fds=(listener.fileno(),) if listener else (),
         )
         line = proc.stdout.readline().decode()  # type: ignore[union-attr]
         if not line.startswith("listening on "):

@@ -4,6 +4,7 @@ input with the shell's state untouched, keep-alive, 409 while busy."""
 import hashlib
 import hmac
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -277,3 +278,43 @@ def test_exactly_one_token_source_is_accepted(tmp_path: Any) -> None:
             env={**os.environ, "PYTHONPATH": REPO_ROOT},
         )
         assert proc.returncode == 2 and "token" in proc.stderr, (args, proc.stderr)
+
+
+def test_execd_accepts_on_an_inherited_socket_and_no_command_gets_it(
+    start_execd: Callable[..., Execd],
+) -> None:
+    """``--listen-fd`` (a local sandbox in an empty network namespace: the socket is bound in
+    the host's): execd accepts on the socket it was given, says its address, and makes it
+    close-on-exec, so a command finds no descriptor of it (a command holding the listening
+    socket could accept calls meant for execd, with their token)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    port, fd = listener.getsockname()[1], listener.fileno()
+    try:
+        d = start_execd(listener=listener)
+    finally:
+        listener.close()  # execd's copy is the only one left
+    assert d.port == port
+    c = d.client()
+    try:
+        assert c.get("/health")["ok"] is True
+        inode = os.stat("/proc/%d/fd/%d" % (d.proc.pid, fd)).st_ino  # pass_fds keeps the number
+        # The shell's own descriptors, and a command's (ls's, inherited from the shell).
+        found = c.exec(
+            "for f in /proc/$$/fd/* /proc/self/fd/*; do stat -L -c %i $f 2>/dev/null; done"
+        )
+        assert str(inode) not in found["output"].split(), found
+    finally:
+        c.close()
+
+
+def test_exactly_one_of_port_and_listen_fd_is_accepted(tmp_path: Any) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    for args in ([], ["--port", "0", "--listen-fd", "3"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "execd", "--token-file", str(token), "--workspace",
+             str(tmp_path), *args],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        )  # fmt: skip
+        assert proc.returncode == 2 and "--listen-fd" in proc.stderr, (args, proc.stderr)

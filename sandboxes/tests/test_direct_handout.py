@@ -830,7 +830,7 @@ def test_a_claims_health_check_keeps_no_connection_to_the_pod_it_handed_out(
     direct_controller: Controller,
 ) -> None:
     """A web worker checks each pod once, when it claims it: a kept-alive connection would
-    hold a socket here and a relay thread and an execd thread in the sandbox for as long
+    hold a socket here and an execd thread in the sandbox for as long
     as it is in use (thousands at scale), for nothing."""
     job = make_job()
     (pod_id,) = prewarm(direct_controller, job.pk, 1)

@@ -3,8 +3,8 @@
 Every execd call of this provider goes through :class:`ExecdHealth`: ``ExecdClient``
 (``sandboxes.execd_client``) over one session shared by every sandbox, whose connector
 keeps one keep-alive connection per address, so the check before a warm hand-out costs one
-request on an open connection instead of a connect (through the egress relay: a new relay
-thread and an upstream connect inside the sandbox).
+request on an open connection instead of a connect (a new connection costs execd a new
+thread, and the client a connect).
 
 Rules a reader must not break:
 * A check that is given the sandbox's token sends it, and execd answers 401 to a wrong
@@ -35,7 +35,7 @@ class ExecdHealth:
     def __init__(self, timeout_s: float, *, keep_connections: bool = True) -> None:
         """``keep_connections=False`` for a caller that checks each sandbox once (a web
         worker's claim): its connection is closed after the check instead of holding a
-        socket here, and a relay thread and an execd thread in the sandbox, for nothing."""
+        socket here, and an execd thread in the sandbox, for nothing."""
         self._timeout_s = timeout_s
         self._session = SharedSession() if keep_connections else SharedSession(keepalive_s=None)
 

@@ -4,9 +4,10 @@ Each sandbox gets ``<root>/<name>/`` (see ``records``), a workspace made from it
 (``images``), a cgroup with its memory/CPU/pids limits where the host allows
 (``cgroups``), and, where bubblewrap works, its own user, mount, PID, IPC and UTS
 namespaces, plus an empty network namespace when the job denies egress (``isolation``).
-execd is reached at ``127.0.0.1:PORT``; for an egress-denied sandbox that port belongs to
-a relay in the sandbox's first process (``sandbox_init``) that accepts on a socket bound
-in the host's namespace, since the sandbox itself has no route to the host.
+execd is reached at ``127.0.0.1:PORT``; for an isolated sandbox that port is a socket the
+provider binds in the host's namespace and execd accepts on (``execd --listen-fd``, passed
+through the sandbox's first process, ``sandbox_init``), since the sandbox's own network
+namespace has no route to the host.
 
 Ordering rules (base.py's contract, and what the controller relies on after a restart):
 * Memory and pids limits are on from the sandbox's first process; its CPU limit is

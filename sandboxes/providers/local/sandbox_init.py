@@ -1,4 +1,4 @@
-"""The first process of a local sandbox: starts execd, reports its address, reaps, relays.
+"""The first process of a local sandbox: starts execd, reports its address, reaps.
 
 Runs under the sandbox's own Python (standard library only, importable on 3.8), inside
 bubblewrap when isolation is on and as a plain child of the provider when it is off.
@@ -11,9 +11,12 @@ The provider talks to it through three inherited file descriptors:
   then the descriptor is closed.
 * ``--listen-fd`` (every isolated sandbox): a TCP socket the provider created and
   bound in the HOST network namespace. The sandbox itself lives in an empty network
-  namespace, so execd's own port is unreachable from the host; this process accepts on
-  the host socket and relays each connection to execd's loopback port. A listening
-  socket can only accept, never connect, so it gives commands no way out.
+  namespace, so a port execd bound there would be unreachable from the host; execd
+  accepts on the host socket itself instead (``execd --listen-fd``), and this process
+  closes its own copy once execd is forked. A listening socket can only accept, never
+  connect, so it gives execd no way out, and execd makes it close-on-exec, so no command
+  gets it (an earlier form relayed each connection through a thread here: two more
+  threads and hops per connection, ~2 ms of a warm hand-out's health check).
 
 Invariants a reader must not break:
 * Without bubblewrap (whose --die-with-parent covers it), ``--die-with-parent`` makes the
@@ -30,11 +33,9 @@ Invariants a reader must not break:
 
 import argparse
 import ctypes
-import errno
 import os
 import runpy
 import signal
-import socket
 import sys
 import threading
 import traceback
@@ -43,7 +44,6 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
-_RELAY_CHUNK = 65536
 
 
 class _Terminate(Exception):
@@ -160,50 +160,6 @@ def _reap_nowait():
             return
 
 
-def _pump(source, sink):
-    try:
-        while True:
-            data = source.recv(_RELAY_CHUNK)
-            if not data:
-                break
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            sink.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-
-def _relay_one(client, port):
-    try:
-        upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
-        upstream.settimeout(None)
-    except OSError:
-        client.close()
-        return
-    for sock in (client, upstream):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-    back.start()
-    _pump(client, upstream)
-    back.join()
-    client.close()
-    upstream.close()
-
-
-def _relay_forever(listener, port):
-    while True:
-        try:
-            client, _ = listener.accept()
-        except OSError as exc:
-            if exc.errno in (errno.EINTR, errno.ECONNABORTED):
-                continue
-            return
-        threading.Thread(target=_relay_one, args=(client, port), daemon=True).start()
-
-
 def _drain(stream, sink_fd):
     for line in iter(stream.readline, b""):
         try:
@@ -256,10 +212,17 @@ def _run_execd_here(args, stdout_fd):
         os.dup2(stdout_fd, 1)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        os.closerange(3, _max_fd())  # the ready pipe, the host socket, the token pipe
+        keep = 3  # the host socket, if any, at a known number; execd makes it close-on-exec
+        if args.listen_fd is not None and args.listen_fd != keep:
+            os.dup2(args.listen_fd, keep)
+        os.closerange(keep if args.listen_fd is None else keep + 1, _max_fd())
         os.chdir(args.execd_dir)
         sys.path.insert(0, args.execd_dir)
-        sys.argv = ["execd", "--port", "0", "--token-file", args.token_file]
+        if args.listen_fd is None:
+            sys.argv = ["execd", "--port", "0"]
+        else:
+            sys.argv = ["execd", "--listen-fd", str(keep)]
+        sys.argv += ["--token-file", args.token_file]
         sys.argv += ["--workspace", args.workspace]
         if args.run_dir:
             sys.argv += ["--run-dir", args.run_dir]
@@ -303,6 +266,8 @@ def _start_execd(args):
         os.close(read_end)
         _run_execd_here(args, write_end)
     os.close(write_end)
+    if args.listen_fd is not None:
+        os.close(args.listen_fd)  # execd's alone now: it closes when execd ends
     return pid, os.fdopen(read_end, "rb")
 
 
@@ -331,16 +296,9 @@ def main(argv=None):
         threading.Thread(target=_drain, args=(execd_stdout, 2), daemon=True).start()
         if args.unlink_token:
             os.unlink(args.token_file)
-        if args.listen_fd is not None:
-            listener = socket.socket(fileno=args.listen_fd)
-            listener.listen(128)
-            threading.Thread(
-                target=_relay_forever, args=(listener, address[1]), daemon=True
-            ).start()
-            host, port = listener.getsockname()[:2]
-            _report(ready_fd, f"listening on {host}:{port}")
-        else:
-            _report(ready_fd, f"listening on {address[0]}:{address[1]}")
+        # With --listen-fd, execd accepts on the host socket itself and says so: the
+        # socket's last holder is execd, so it closes when execd ends.
+        _report(ready_fd, f"listening on {address[0]}:{address[1]}")
         os.close(ready_fd)
         ready_fd = None
         while True:

@@ -105,7 +105,7 @@ def spawn(spec: SandboxSpec, plan: Plan, now: dt.datetime) -> Live:
             exit_r, exit_w = os.pipe()  # the write end lives only in the sandbox's chain
             fds["usernet_exit"] = exit_w
         if own_network:
-            # Bound in the HOST network namespace; the sandbox's init relays it to execd.
+            # Bound in the HOST network namespace; execd accepts on it (--listen-fd).
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind(("127.0.0.1", 0))
             listener.listen(128)

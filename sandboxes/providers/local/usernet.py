@@ -1,10 +1,11 @@
 """User-mode networking for egress-allowed local sandboxes: the outside world, not the host.
 
 Every isolated sandbox gets its own network namespace (bubblewrap ``--unshare-net``);
-execd is reached through the host-side listening socket its init relays (see
-``sandbox_init.py``). A sandbox whose job allows egress then gets slirp4netns attached to
-that namespace: a TAP device (10.0.2.100/24, gateway 10.0.2.2, DNS 10.0.2.3) whose traffic
-slirp4netns re-issues as ordinary sockets from the host's network namespace.
+execd is reached through a listening socket bound in the host's namespace, which it
+accepts on itself (see ``sandbox_init.py``). A sandbox whose job allows egress then gets
+slirp4netns attached to that namespace: a TAP device (10.0.2.100/24, gateway 10.0.2.2,
+DNS 10.0.2.3) whose traffic slirp4netns re-issues as ordinary sockets from the host's
+network namespace.
 
 What that means for the host: the sandbox's own ``127.0.0.1`` is its namespace's loopback,
 not the host's, and ``--disable-host-loopback`` makes slirp4netns refuse connections to

@@ -381,8 +381,8 @@ async def test_sandboxes_end_with_the_provider_process_and_a_restarted_one_clean
             assert asyncio.get_running_loop().time() < deadline, "sandbox outlived its provider"
             await asyncio.sleep(0.02)
         # Then execd: with isolation the first process is bwrap, whose end signals the
-        # sandbox's init, which then ends execd; meanwhile the egress relay still forwards
-        # to it, so execd may answer for a moment after bwrap is gone (seen once under load).
+        # sandbox's init, which then ends execd; execd holds the host socket itself, so it
+        # may answer for a moment after bwrap is gone (seen once under load).
         while await restarted.health(handle, address, ""):
             assert asyncio.get_running_loop().time() < deadline, "execd outlived its provider"
             await asyncio.sleep(0.02)
