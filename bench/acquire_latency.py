@@ -136,6 +136,36 @@ def _cpu_between(before: dict[int, tuple[int, float]], after: dict[int, tuple[in
     return spent
 
 
+def _all_cpu() -> dict[int, tuple[str, float]]:
+    """{pid: (command name, CPU seconds user + system)} of every live process, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        out[int(entry)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def _cpu_by_name(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds by command name between two readings: a process alive at both counts
+    what it spent between them, one started in between all it spent; one that ended in
+    between is lost (a released sandbox deleted inside the burst)."""
+    spent: dict[str, float] = {}
+    for pid, (name, late) in after.items():
+        early = before[pid][1] if pid in before and before[pid][0] == name else 0.0
+        spent[name] = spent.get(name, 0.0) + late - early
+    return {k: round(v, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v >= 0.005}
+
+
 def host_busy_s() -> float:
     """CPU seconds the whole host has been busy (every core, every process, the kernel's
     work for them), from /proc/stat: user + nice + system + irq + softirq + steal."""
@@ -344,6 +374,7 @@ async def run(
 
             concurrent = Phase()
             per_round: list[dict[str, Any]] = []
+            by_name: dict[str, float] = {}
             pairs_wall = gets_wall = 0.0  # wall time inside the bursts (refill waits excluded)
             client_cpu = 0.0
             server_cpu = {str(pid): 0.0 for pid in pids}
@@ -353,7 +384,7 @@ async def run(
                 await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
                 if round_:  # the previous burst's replacement creates and deletes settling
                     refill_busy += host_busy_s() - r0
-                c0, s0, h0 = client_cpu_s(), _tree_cpu(pids), host_busy_s()
+                c0, s0, h0, a0 = client_cpu_s(), _tree_cpu(pids), host_busy_s(), _all_cpu()
                 first = len(concurrent.acquire_ms)
                 t = time.perf_counter()
                 await asyncio.gather(*(acquire_release(concurrent) for _ in range(args.clients)))
@@ -368,6 +399,8 @@ async def run(
                 client_cpu += client_cpu_s() - c0
                 for pid, spent in _cpu_between(s0, _tree_cpu(pids), pids).items():
                     server_cpu[str(pid)] += spent
+                for name, spent in _cpu_by_name(a0, _all_cpu()).items():
+                    by_name[name] = by_name.get(name, 0.0) + spent
             await wait_until(quiet_with_warm, deadline_s=600, what="the warm pool to refill")
             for _ in range(args.rounds):
                 t = time.perf_counter()
@@ -392,6 +425,12 @@ async def run(
                 "service_process_trees": {
                     name: round(server_cpu[str(pid)], 3)
                     for name, pid in zip(out["processes"], pids, strict=True)
+                },
+                # Every process on the host by command name (postgres: the database
+                # server; execd, bwrap, bash, python3: the sandboxes), processes that ended
+                # inside a burst left out: where the host's busy CPU went.
+                "by_command": {
+                    name: round(v, 3) for name, v in sorted(by_name.items(), key=lambda kv: -kv[1])
                 },
             }
 
