@@ -158,10 +158,13 @@ def _cpu_by_name(
 ) -> dict[str, float]:
     """CPU seconds by command name between two readings: a process alive at both counts
     what it spent between them, one started in between all it spent; one that ended in
-    between is lost (a released sandbox deleted inside the burst)."""
+    between is lost (a released sandbox deleted inside the burst). A pid is one process
+    across the readings (a kernel worker renames itself for each work item)."""
     spent: dict[str, float] = {}
     for pid, (name, late) in after.items():
-        early = before[pid][1] if pid in before and before[pid][0] == name else 0.0
+        early = before[pid][1] if pid in before else 0.0
+        if name.startswith("kworker/"):  # its name tells its current work item: one bucket
+            name = "kworker (the kernel's deferred work: netns, cgroup teardown, ...)"
         spent[name] = spent.get(name, 0.0) + late - early
     return {k: round(v, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v >= 0.005}
 
