@@ -28,6 +28,8 @@ Invariants a reader must not break:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from typing import Any
 
@@ -45,6 +47,7 @@ from sandman_site.errors import NotFound
 _MAX_ENTRIES = 100_000  # a bound, not a tuning knob: a full map is simply emptied
 
 _tokens: dict[str, tuple[Any, float]] = {}
+_reads: dict[str, asyncio.Task[tuple[Any, Any]]] = {}  # token key -> its read under way
 _job_owner: dict[int, int] = {}
 _sandbox_job: dict[int, int] = {}
 
@@ -80,15 +83,36 @@ def cached_token_user(key: str, *, clock: Any = time.monotonic) -> Any | None:
 
 
 async def token_user(key: str, *, clock: Any = time.monotonic) -> tuple[Any, Any]:
-    """(user, token) for a ``Token <key>`` header; ``AuthenticationFailed`` like DRF's."""
+    """(user, token) for a ``Token <key>`` header; ``AuthenticationFailed`` like DRF's.
+
+    Concurrent misses of one key on one loop share ONE read (``_reads``): when the entry
+    expires (every ``token_ttl_s()``), a burst's requests would otherwise each read the
+    token and its user, one after the other in the request thread. A caller that is
+    cancelled leaves the read to the others."""
     user = cached_token_user(key, clock=clock)
     if user is not None:
         return user, key
+    loop = asyncio.get_running_loop()
+    read = _reads.get(key)
+    if read is None or read.done() or read.get_loop() is not loop:
+        read = _reads[key] = loop.create_task(_read_token(key, clock))
+        read.add_done_callback(functools.partial(_read_done, key))
+    return await asyncio.shield(read)
+
+
+async def _read_token(key: str, clock: Any) -> tuple[Any, Any]:
     user, token = await sync_to_async(
         TokenAuthentication().authenticate_credentials, thread_sensitive=True
     )(key)
     _put(_tokens, key, (user, clock() + token_ttl_s()))
     return user, token
+
+
+def _read_done(key: str, read: asyncio.Task[tuple[Any, Any]]) -> None:
+    if _reads.get(key) is read:
+        del _reads[key]
+    if not read.cancelled():
+        read.exception()  # retrieved: every waiter may have left (their cancellation)
 
 
 # --- visibility (the rule of sandboxes.selectors) ------------------------------------------

@@ -8,6 +8,10 @@ runs the map's database reads in this test's thread (its connection is the test'
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Iterator
+
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
@@ -69,3 +73,76 @@ def test_a_token_deleted_in_this_process_stops_working_at_once() -> None:
     with pytest.raises(AuthenticationFailed):
         async_to_sync(access.token_user)(key, clock=clock)
     access.clear()
+
+
+class _GatedRead:
+    """``TokenAuthentication.authenticate_credentials`` counted, its first call held until
+    ``release`` is set (``entered`` says it is under way)."""
+
+    def __init__(self) -> None:
+        from rest_framework.authentication import TokenAuthentication
+
+        self.real = TokenAuthentication.authenticate_credentials
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, auth: object, key: str) -> object:
+        self.calls += 1
+        self.entered.set()
+        assert self.release.wait(timeout=30), "the test never released the read"
+        return self.real(auth, key)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def gated_read(monkeypatch: pytest.MonkeyPatch) -> Iterator[_GatedRead]:
+    from rest_framework.authentication import TokenAuthentication
+
+    gate = _GatedRead()
+
+    def gated(auth: object, key: str) -> object:  # a function: bound as the method is
+        return gate(auth, key)
+
+    monkeypatch.setattr(TokenAuthentication, "authenticate_credentials", gated)
+    access.clear()
+    yield gate
+    access.clear()
+
+
+def test_concurrent_misses_of_one_token_share_one_database_read(gated_read: _GatedRead) -> None:
+    """Every ``token_ttl_s()`` a busy token's entry expires and a burst's requests all miss
+    at once: they share ONE read of the token and its user, not one each in turn."""
+    user, key = make_user("burst")
+
+    async def burst() -> list[tuple[object, object]]:
+        callers = [asyncio.create_task(access.token_user(key)) for _ in range(8)]
+        # Once the first read is under way every caller has run up to its wait.
+        assert await asyncio.to_thread(gated_read.entered.wait, 30)
+        gated_read.release.set()
+        return await asyncio.gather(*callers)
+
+    found = async_to_sync(burst)()
+    assert gated_read.calls == 1
+    assert {u.pk for u, _ in found} == {user.pk}  # type: ignore[attr-defined]
+
+
+def test_a_caller_that_leaves_does_not_take_the_shared_read_with_it(
+    gated_read: _GatedRead,
+) -> None:
+    user, key = make_user("leaves")
+
+    async def scenario() -> object:
+        first = asyncio.create_task(access.token_user(key))
+        second = asyncio.create_task(access.token_user(key))
+        assert await asyncio.to_thread(gated_read.entered.wait, 30)
+        first.cancel()  # the first caller's client went away
+        gated_read.release.set()
+        found, _ = await second
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return found
+
+    assert async_to_sync(scenario)().pk == user.pk  # type: ignore[attr-defined]
+    assert gated_read.calls == 1
+    cached = access.cached_token_user(key)
+    assert cached is not None and cached.pk == user.pk
