@@ -22,11 +22,13 @@ import os
 import platform
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import baseline_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = {
@@ -71,15 +73,7 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sandman-acquire-compare-") as name:
         tmp = Path(name)
-        tmp.chmod(0o755)  # an isolated sandbox's own user must reach the baseline's execd
-        base = tmp / "tree"
-        base.mkdir()
-        archive = tmp / "base.tar"
-        subprocess.run(["git", "archive", "-o", str(archive), args.baseline], cwd=ROOT, check=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(base, filter="data")
-        bench = "bench/acquire_latency.py"
-        (base / bench).write_text((ROOT / bench).read_text())
+        base = baseline_tree.extract(args.baseline, tmp, same_bench=("acquire_latency.py",))
         for _ in range(args.rounds):
             runs.append(run_once(base, "baseline", tmp, flags))
             runs.append(run_once(ROOT, "this", tmp, flags))

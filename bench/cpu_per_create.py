@@ -22,15 +22,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import baseline_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -73,14 +74,8 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
     ).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="sandman-cpu-baseline-") as tmp:
-        base = Path(tmp) / "tree"
-        base.mkdir()
-        archive = Path(tmp) / "base.tar"
-        subprocess.run(["git", "archive", "-o", str(archive), args.baseline], cwd=ROOT, check=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(base, filter="data")
-        # The baseline's scale_ramp must be the same measurement: use this tree's.
-        (base / "bench" / "scale_ramp.py").write_text((ROOT / "bench/scale_ramp.py").read_text())
+        # The baseline's scale_ramp must be the same measurement: this tree's.
+        base = baseline_tree.extract(args.baseline, Path(tmp), same_bench=("scale_ramp.py",))
         runs = []
         for _ in range(args.rounds):
             runs.append(run_once(base, Path(tmp), "baseline", args))
@@ -111,11 +106,7 @@ def main() -> None:
             ),
             "SANDMAN_K8S_VERIFY_HEALTH": "false",
         },  # fmt: skip
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        },  # fmt: skip
+        "machine": baseline_tree.machine(),
         "target_ms_per_create": 2.0,
         "summary": summary,
         "runs": runs,

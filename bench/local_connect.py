@@ -27,16 +27,17 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import baseline_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -124,13 +125,7 @@ def main() -> None:
         return
     runs = []
     with tempfile.TemporaryDirectory(prefix="sandman-connect-baseline-") as tmp:
-        Path(tmp).chmod(0o755)  # the sandbox's user runs the baseline's execd from here
-        base = Path(tmp) / "tree"
-        base.mkdir()
-        archive = Path(tmp) / "base.tar"
-        subprocess.run(["git", "archive", "-o", str(archive), args.baseline], cwd=ROOT, check=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(base, filter="data")
+        base = baseline_tree.extract(args.baseline, Path(tmp))
         for _ in range(args.rounds):
             runs.append(run_once(base, "baseline", args.calls))
             runs.append(run_once(ROOT, "this", args.calls))
@@ -149,11 +144,7 @@ def main() -> None:
         f"{args.calls} health checks of each kind and {args.calls // 2} execs per run",
         "server": "execd in a local isolated sandbox (bubblewrap), loopback",
         "settings": {"isolation": "auto (isolated)", "egress": "deny"},
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": baseline_tree.machine(),
         "summary_p50_ms_per_run": summary,
         "runs": runs,
     }

@@ -20,16 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import baseline_tree  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -65,16 +65,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "takeover.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sandman-takeover-") as tmp:
-        base = Path(tmp) / "baseline"
-        base.mkdir()
-        archive = subprocess.run(
-            ["git", "archive", args.baseline], cwd=ROOT, check=True, capture_output=True
-        ).stdout
-        archive_path = Path(tmp) / "baseline.tar"
-        archive_path.write_bytes(archive)
-        with tarfile.open(archive_path) as tar:
-            tar.extractall(base, filter="data")
-        shutil.copy(ROOT / "bench" / "scale_ramp.py", base / "bench" / "scale_ramp.py")
+        base = baseline_tree.extract(args.baseline, Path(tmp), same_bench=("scale_ramp.py",))
         runs = []
         for _ in range(args.rounds):
             for tag, tree in (("baseline", base), ("this", ROOT)):
@@ -103,11 +94,7 @@ def main() -> None:
             "database": "postgresql" if postgres else "sqlite",
             "SANDMAN_K8S_VERIFY_HEALTH": "false",
         },
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": baseline_tree.machine(),
         "summary": summary,
         "runs": runs,
     }
