@@ -108,6 +108,9 @@ class Reconciler:
         )
         owned = {o.name: o for o in await state.provider.list_owned()}
         rows = await db(queries.rows_not_deleted, backend=state.backend)
+        # Taken once, as the rows are read: a create that settles later in the reconcile
+        # still owns the row read as requested or creating.
+        ours = self._creating_here()
         counts = {
             "listed": len(owned),
             "adopted": 0,
@@ -116,9 +119,8 @@ class Reconciler:
             "gone": 0,
             "unanswered_acquisitions": len(unanswered),
         }
-        orders = await self._settle_listed(owned, rows, counts, now)
+        orders = await self._settle_listed(owned, rows, ours, counts, now)
         confirmed: list[str] = []  # deletes the backend already finished: batched below
-        ours = self._creating_here()
         for row in rows:
             if row.id in ours:
                 continue  # this controller's own create, begun during the reconcile
@@ -150,6 +152,7 @@ class Reconciler:
         self,
         owned: dict[str, OwnedSandbox],
         rows: list[SandboxRow],
+        ours: set[int],
         counts: dict[str, int],
         now: dt.datetime,
     ) -> dict[str, DeleteOrder]:
@@ -159,7 +162,6 @@ class Reconciler:
         by_name = {row.name: row for row in rows}
         adopted: list[SandboxRow] = []
         deleting: list[SandboxRow] = []
-        ours = self._creating_here()
         for name, item in owned.items():
             row = by_name.get(name)
             if row is not None and row.id in ours:
