@@ -152,6 +152,7 @@ _ROW_COLUMNS = (
     "backend_ref", "state", "role", "image", "base_commit", "cpu_millis", "memory_bytes",
     "workspace_bytes", "address", "agent_used", "reuse_count", "reuse_verdicts", "acquired_at",
 )  # fmt: skip
+_VERDICTS = _ROW_COLUMNS.index("reuse_verdicts")
 
 
 def _rows(qs: QuerySet[Sandbox]) -> list[SandboxRow]:
@@ -160,7 +161,7 @@ def _rows(qs: QuerySet[Sandbox]) -> list[SandboxRow]:
     rows = []
     for values in qs.values_list(*_ROW_COLUMNS):
         fields = list(values)
-        fields[19] = dict(fields[19] or {})  # reuse_verdicts, as _row copies it
+        fields[_VERDICTS] = dict(fields[_VERDICTS] or {})  # as _row copies it
         rows.append(SandboxRow(*fields))
     return rows
 
