@@ -34,18 +34,23 @@ from typing import Any
 
 from django.utils import timezone
 
+from sandboxes.apis.batches import Batches
 from sandboxes.controller.acquire import AcquireRequest
 from sandboxes.controller.offers import direct_handout_enabled
 from sandboxes.controller.runtime import AcquireResult
 from sandboxes.providers.local.health import ExecdHealth
 from sandboxes.services.offers import (
+    Claimed,
     KeyedClaim,
     OfferedPod,
     database_conninfo,
     sandbox_claim_offered,
+    sandbox_claim_offered_many,
     sandbox_release_direct,
+    sandbox_release_direct_many,
 )
 from sandboxes.states import Role, SandboxSource
+from sandman_site.errors import SandmanError
 
 HEALTH_TIMEOUT_S = 5.0  # the controller's own bound on a warm pod's check (Controller)
 
@@ -88,16 +93,19 @@ async def claim(
             key=idempotency_key, answer=lambda pod, wait_ms: record_answer(_result(pod, wait_ms))
         )
     handle = _handles()
-    async with handle.connection() as conn:
-        claimed = await sandbox_claim_offered(
-            conn=conn,
-            record=record,
-            healthy=handle.healthy,
-            now=timezone.now,
-            clock=time.monotonic,
-            started=started,
-            keyed=keyed,
-        )
+    if keyed is None:  # it waits with the others of its job and key, and goes with them
+        claimed = await handle.claims.call((job_id, request.key.hash), (record, started))
+    else:
+        async with handle.connection() as conn:
+            claimed = await sandbox_claim_offered(
+                conn=conn,
+                record=record,
+                healthy=handle.healthy,
+                now=timezone.now,
+                clock=time.monotonic,
+                started=started,
+                keyed=keyed,
+            )
     return None if claimed is None else _result(claimed.pod, claimed.wait_ms)
 
 
@@ -128,7 +136,13 @@ async def release(
     key has a recorded answer: nothing released)."""
     if not direct_handout_enabled() or outcome.get("verdict") is not None:
         return False
-    async with _handles().connection() as conn:
+    handle = _handles()
+    if key is None:  # it waits with the other releases, and goes with them
+        refused = await handle.releases.call(None, sandbox_id)
+        if refused is not None:
+            raise refused
+        return True
+    async with handle.connection() as conn:
         await sandbox_release_direct(
             conn=conn, sandbox_id=sandbox_id, now=timezone.now(), key=key, answer=answer
         )
@@ -144,6 +158,33 @@ class _Handles:
         self._pool: Any = None
         # One check per pod per claim: nothing to keep a connection for.
         self._health = ExecdHealth(HEALTH_TIMEOUT_S, keep_connections=False)
+        self.claims: Batches[tuple[dict[str, Any], float], Claimed | None] = Batches(
+            self._claim_many
+        )
+        self.releases: Batches[int, SandmanError | None] = Batches(self._release_many)
+
+    async def _claim_many(
+        self, items: list[tuple[dict[str, Any], float]], wanted: Callable[[int], bool]
+    ) -> list[Claimed | None]:
+        async with self.connection() as conn:
+            return await sandbox_claim_offered_many(
+                conn=conn,
+                records=[record for record, _ in items],
+                starts=[started for _, started in items],
+                healthy=self.healthy,
+                now=timezone.now,
+                clock=time.monotonic,
+                wanted=wanted,
+            )
+
+    async def _release_many(
+        self, sandbox_ids: list[int], wanted: Callable[[int], bool]
+    ) -> list[SandmanError | None]:
+        # Every release of the batch is written: one whose caller left was asked for.
+        async with self.connection() as conn:
+            return await sandbox_release_direct_many(
+                conn=conn, sandbox_ids=sandbox_ids, now=timezone.now()
+            )
 
     async def pool(self) -> Any:
         if self._pool is None:
@@ -185,6 +226,8 @@ class _Handles:
         return await self._health.check(pod.name, pod.address, pod.token)
 
     async def close(self) -> None:
+        await self.claims.close()
+        await self.releases.close()
         if self._pool is not None:
             await self._pool.close()
         await self._health.close()

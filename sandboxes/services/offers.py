@@ -26,6 +26,7 @@ Invariants a reader must not break:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
@@ -48,7 +49,13 @@ from sandboxes.services.batch_deletes import ReleaseRequest, pending_row, releas
 from sandboxes.services.deletes import pending_order
 from sandboxes.services.idempotency import idempotent_call_insert, idempotent_call_seen_query
 from sandboxes.services.moves import hand_out_move
-from sandboxes.services.rawinsert import Statements, prepared_values
+from sandboxes.services.rawinsert import (
+    Statements,
+    array_casts,
+    insert_values,
+    prepared_values,
+    quoted_column,
+)
 from sandboxes.services.recovery import handed_out_query
 from sandboxes.services.sandboxes import payload, release_refusal
 from sandboxes.states import AcquisitionOutcome, JobState, SandboxSource, SandboxState
@@ -183,79 +190,156 @@ async def sandbox_claim_offered(
     writes are planned by the controller's own rules (``moves.plan_move`` through
     ``batch.apply_moves_locked``, which prepares them without running them) and the
     dashboards hear of them after the commit, as of the controller's."""
+    (claimed,) = await _claim(conn, [record], [started], healthy, now, clock, keyed, None)
+    return claimed
+
+
+async def sandbox_claim_offered_many(
+    *,
+    conn: Any,
+    records: Sequence[dict[str, Any]],
+    starts: Sequence[float],
+    healthy: Callable[[OfferedPod], Awaitable[bool]],
+    now: Callable[[], dt.datetime],
+    clock: Callable[[], float],
+    wanted: Callable[[int], bool] | None = None,
+) -> list[Claimed | None]:
+    """:func:`sandbox_claim_offered` for many acquires of ONE job and key at once (no
+    ``Idempotency-Key``): each record's claim or None, in order, in the same two round
+    trips per attempt as one claim (the lock takes as many offered rows as there are
+    records, their checks run side by side, and the hand-outs, their events, their
+    acquisitions and their notifications go with one ``COMMIT``). The records that came
+    first get the oldest offers. ``wanted(i)``, asked after the checks, drops a record
+    whose caller has left (its pod stays offered). A record that found a pod that failed
+    its check tries again, as a lone claim does; one that found none gets None."""
+    if len({(r["job_id"], r["key_hash"]) for r in records}) > 1:
+        raise ValueError("one batch of claims is of one job and key")
+    return await _claim(conn, list(records), list(starts), healthy, now, clock, None, wanted)
+
+
+async def _claim(
+    conn: Any,
+    records: list[dict[str, Any]],
+    starts: list[float],
+    healthy: Callable[[OfferedPod], Awaitable[bool]],
+    now: Callable[[], dt.datetime],
+    clock: Callable[[], float],
+    keyed: KeyedClaim | None,
+    wanted: Callable[[int], bool] | None,
+) -> list[Claimed | None]:
+    results: list[Claimed | None] = [None] * len(records)
+    pending = list(range(len(records)))  # indices into records, in arrival order
     for _ in range(CLAIM_ATTEMPTS):
+        if not pending:
+            break
         try:
-            claimed = await _claim_once(conn, record, healthy, now, clock, started, keyed)
+            served, retry = await _claim_once(
+                conn,
+                [records[i] for i in pending],
+                [starts[i] for i in pending],
+                healthy,
+                now,
+                clock,
+                keyed,
+                None if wanted is None else _asked(wanted, pending),
+            )
         except UniqueViolation as exc:
             if keyed is None or exc.diag.constraint_name != _KEY_CONSTRAINT:
                 raise
             raise KeySeen(keyed.key) from None  # recorded first by a concurrent call
-        if claimed is not _UNHEALTHY:
-            return claimed  # type: ignore[return-value]
-    return None
+        for j, claimed in served.items():
+            results[pending[j]] = claimed
+        pending = [pending[j] for j in retry]
+    return results
 
 
-_UNHEALTHY = object()  # an attempt's pod failed its check: the next offered pod is tried
 _KEY_CONSTRAINT = "idempotent_call_route_scope_key"
+
+
+def _asked(wanted: Callable[[int], bool], pending: list[int]) -> Callable[[int], bool]:
+    """``wanted`` of an attempt's records, by their indices among all the records."""
+    return lambda j: wanted(pending[j])
 
 
 async def _claim_once(
     conn: Any,
-    record: dict[str, Any],
+    records: list[dict[str, Any]],
+    starts: list[float],
     healthy: Callable[[OfferedPod], Awaitable[bool]],
     now: Callable[[], dt.datetime],
     clock: Callable[[], float],
-    started: float,
     keyed: KeyedClaim | None,
-) -> Claimed | object | None:
-    """One attempt of :func:`sandbox_claim_offered`: the claim, None (nothing offered) or
-    ``_UNHEALTHY``."""
+    wanted: Callable[[int], bool] | None,
+) -> tuple[dict[int, Claimed], list[int]]:
+    """One attempt of :func:`_claim`: the records served (index -> claim) and those to try
+    again (as many as the pods that failed their checks, in order)."""
+    assert keyed is None or len(records) == 1, "a keyed claim is claimed alone"
+    first = records[0]
     history: list[Any] = []
     async with pipelined_transaction(conn):
         if keyed is not None:
             for sql, params in (
-                idempotent_call_seen_query(route="acquire", scope=record["job_id"], key=keyed.key),
-                handed_out_query(job_id=record["job_id"], key=keyed.key),
+                idempotent_call_seen_query(route="acquire", scope=first["job_id"], key=keyed.key),
+                handed_out_query(job_id=first["job_id"], key=keyed.key),
             ):
                 history.append(await conn.execute(sql, params))
         cur = await conn.execute(
             _CLAIM_LOCK,
             {
-                "job": record["job_id"],
-                "key": record["key_hash"],
+                "job": first["job_id"],
+                "key": first["key_hash"],
                 "ready": SandboxState.READY,
                 "active": JobState.ACTIVE,
+                "n": len(records),
             },
         )
-        found = await cur.fetchone()  # the history's answers came back with it
+        found = await cur.fetchall()  # the history's answers came back with it
         for read in history:
             if await read.fetchone() is not None:
                 raise KeySeen(keyed.key if keyed else "")  # rolls the lock back
-        if found is None:
-            return None
-        row = Sandbox(**dict(zip(_CLAIM_COLUMNS, found, strict=True)), state=SandboxState.READY)
-        pod = OfferedPod(
-            row.pk,
-            row.name,
-            row.nonce,
-            row.backend,
-            row.backend_uid,
-            row.backend_ref,
-            row.address,
-            row.token,
-        )
-        if not await healthy(pod):
-            await _queue(conn, _unhealthy_writes(row, now()))
-            return _UNHEALTHY
+        if not found:
+            return {}, []
+        rows = [
+            Sandbox(**dict(zip(_CLAIM_COLUMNS, one, strict=True)), state=SandboxState.READY)
+            for one in found
+        ]
+        pods = [
+            OfferedPod(
+                row.pk,
+                row.name,
+                row.nonce,
+                row.backend,
+                row.backend_uid,
+                row.backend_ref,
+                row.address,
+                row.token,
+            )
+            for row in rows
+        ]
+        checks = await asyncio.gather(*(healthy(pod) for pod in pods))
+        failed = [row for row, ok in zip(rows, checks, strict=True) if not ok]
+        good = [(row, pod) for row, pod, ok in zip(rows, pods, checks, strict=True) if ok]
         at = now()
-        wait_ms = (clock() - started) * 1000.0
-        writes, acquisition, message = _claim_writes(row, record, at, wait_ms)
-        if keyed is not None:  # a plain INSERT: a key recorded first undoes the hand-out
+        ended = clock()
+        takers = [i for i in range(len(records)) if wanted is None or wanted(i)]
+        handed = [
+            (i, row, pod, (ended - starts[i]) * 1000.0)
+            for i, (row, pod) in zip(takers, good, strict=False)
+        ]
+        writes = [statement for row in failed for statement in _unhealthy_writes(row, at)]
+        acquisitions: list[Acquisition] = []
+        messages: list[dict[str, Any]] = []
+        if handed:
+            writes, acquisitions, messages = _claim_writes(
+                [(row, records[i], wait_ms) for i, row, _, wait_ms in handed], at, writes
+            )
+        if keyed is not None and handed:  # a plain INSERT: a key recorded first undoes it
+            ((_, _, pod, wait_ms),) = handed
             writes.insert(
-                len(writes) - 1,  # the acquisition's INSERT ... RETURNING stays last
+                len(writes) - 1,  # the acquisitions' INSERT ... RETURNING stays last
                 idempotent_call_insert(
                     route="acquire",
-                    scope=record["job_id"],
+                    scope=first["job_id"],
                     key=keyed.key,
                     answer=keyed.answer(pod, wait_ms),
                     sandbox_id=pod.sandbox_id,
@@ -263,11 +347,17 @@ async def _claim_once(
                 ),
             )
         inserted = await _queue(conn, writes)
-    found = await inserted.fetchone()  # it came back with the COMMIT
-    acquisition.pk = found[0]
-    publish_now("sandbox.state", message)
-    publish_now("acquisition", acquisition_message(acquisition, at))
-    return Claimed(pod=pod, wait_ms=wait_ms)
+    if handed:
+        ids = dict(await inserted.fetchall())  # sandbox id -> acquisition id, with the COMMIT
+        for acquisition in acquisitions:
+            acquisition.pk = ids[acquisition.sandbox_id]
+        for message in messages:
+            publish_now("sandbox.state", message)
+        for acquisition in acquisitions:
+            publish_now("acquisition", acquisition_message(acquisition, at))
+    served = {i: Claimed(pod=pod, wait_ms=wait_ms) for i, _, pod, wait_ms in handed}
+    unserved = [i for i in takers if i not in served]
+    return served, unserved[: len(failed)]
 
 
 # What a claim reads of the row: the pod's identity and what the dashboards' message names.
@@ -276,54 +366,74 @@ _CLAIM_COLUMNS = (
     "token", "key_hash", "image", "role", "source",
 )  # fmt: skip
 # The job's state is read once (an InitPlan), not per offered row; the index
-# ``sandbox_offered_order`` gives the rows in this order, so the LIMIT reads one.
+# ``sandbox_offered_order`` gives the rows in this order, so the LIMIT reads as many rows
+# as there are claims.
 _CLAIM_LOCK = (
     f"SELECT {', '.join(_CLAIM_COLUMNS)} FROM {_S}"
     " WHERE job_id = %(job)s AND key_hash = %(key)s AND state = %(ready)s"
     " AND offered_at IS NOT NULL"
     f" AND (SELECT j.state FROM {_J} j WHERE j.id = %(job)s) = %(active)s"
-    " ORDER BY offered_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+    " ORDER BY offered_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED"
 )
 
 
 def _claim_writes(
-    row: Sandbox, record: dict[str, Any], at: dt.datetime, wait_ms: float
-) -> tuple[list[tuple[str, Sequence[Any]]], Acquisition, dict[str, Any]]:
-    """The claim's statements (the acquisition's ``INSERT ... RETURNING id`` last), its
-    acquisition and the dashboards' state message; nothing runs here."""
-    move = hand_out_move(
-        sandbox_id=row.pk, source=SandboxSource.WARM, role=record["role"], now=at, healthy_at=at
-    )
-    move = dataclasses.replace(move, fields={**move.fields, "offered_at": None}, publish=False)
+    claims: Sequence[tuple[Sandbox, dict[str, Any], float]],
+    at: dt.datetime,
+    before: list[tuple[str, Sequence[Any]]],
+) -> tuple[list[tuple[str, Sequence[Any]]], list[Acquisition], list[dict[str, Any]]]:
+    """The statements of the claims' hand-outs (``(row, record, wait_ms)`` each), after
+    ``before``, with the acquisitions' ``INSERT ... RETURNING sandbox_id, id`` last; the
+    acquisitions and the dashboards' state messages. Nothing runs here."""
     db = connections[DEFAULT_DB_ALIAS]
     writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
-    (answer,) = apply_moves_locked({row.pk: row}, [move], into=writes)
-    if isinstance(answer, SandmanError):
-        raise answer  # the row is locked and ready: only a broken invariant gets here
-    writes.add("SELECT pg_notify(%s, %s)", [CHANNEL, f"claimed:{row.job_id}:{row.pk}"])
-    acquisition = Acquisition(
-        job_id=record["job_id"],
-        user_id=record.get("user_id"),
-        role=record["role"],
-        image=record["image"],
-        key_hash=record["key_hash"],
-        outcome=AcquisitionOutcome.OK,
-        source=SandboxSource.WARM,
-        sandbox_id=row.pk,
-        started_at=record["started_at"],
-        finished_at=at,
-        queue_ms=0.0,
-        wait_ms=wait_ms,
-        idempotency_key=record.get("idempotency_key", ""),
+    moves = []
+    for row, record, _ in claims:
+        move = hand_out_move(
+            sandbox_id=row.pk, source=SandboxSource.WARM, role=record["role"], now=at, healthy_at=at
+        )
+        changed = {**move.fields, "offered_at": None}
+        moves.append(dataclasses.replace(move, fields=changed, publish=False))
+    rows = {row.pk: row for row, _, _ in claims}
+    for answer in apply_moves_locked(rows, moves, into=writes):
+        if isinstance(answer, SandmanError):
+            raise answer  # the rows are locked and ready: only a broken invariant gets here
+    messages = [payload(row, previous=SandboxState.READY, at=at) for row in rows.values()]
+    writes.add(
+        "SELECT pg_notify(%s, note) FROM UNNEST(%s::text[]) AS note",
+        [CHANNEL, [f"claimed:{row.job_id}:{row.pk}" for row in rows.values()]],
     )
-    fields, (params,) = prepared_values(db, Acquisition, [acquisition])
+    acquisitions = [
+        Acquisition(
+            job_id=record["job_id"],
+            user_id=record.get("user_id"),
+            role=record["role"],
+            image=record["image"],
+            key_hash=record["key_hash"],
+            outcome=AcquisitionOutcome.OK,
+            source=SandboxSource.WARM,
+            sandbox_id=row.pk,
+            started_at=record["started_at"],
+            finished_at=at,
+            queue_ms=0.0,
+            wait_ms=wait_ms,
+            idempotency_key=record.get("idempotency_key", ""),
+        )
+        for row, record, wait_ms in claims
+    ]
+    fields, params = prepared_values(db, Acquisition, acquisitions)
     qn = db.ops.quote_name
-    insert = (
-        f"INSERT INTO {qn(Acquisition._meta.db_table)} ({', '.join(qn(f.column) for f in fields)})"
-        f" VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {qn(Acquisition._meta.pk.column)}"
-    )
-    message = payload(row, previous=SandboxState.READY, at=at)
-    return [*writes.take(), (insert, params)], acquisition, message
+    table = qn(Acquisition._meta.db_table)
+    head = f"INSERT INTO {table} ({', '.join(qn(f.column) for f in fields)})"
+    tail = f" RETURNING {quoted_column(Acquisition, 'sandbox')}, {qn(Acquisition._meta.pk.column)}"
+    casts = array_casts(db, fields) if len(params) > 1 else None
+    if casts is None:
+        values = ", ".join(f"({', '.join(['%s'] * len(fields))})" for _ in params)
+        insert = (f"{head} VALUES {values}{tail}", [v for one in params for v in one])
+    else:  # one text for any number of claims (see rawinsert.array_casts)
+        columns = [list(column) for column in zip(*params, strict=True)]
+        insert = (f"{head} SELECT * FROM UNNEST({', '.join(casts)}){tail}", columns)
+    return [*before, *writes.take(), insert], acquisitions, messages
 
 
 def _unhealthy_writes(row: Sandbox, at: dt.datetime) -> list[tuple[str, Sequence[Any]]]:
@@ -388,73 +498,96 @@ async def sandbox_release_direct(
     answer recorded in the release's commit (a key recorded first by a concurrent call
     undoes the release: :class:`KeySeen`); a refusal records nothing."""
     try:
-        await _release_direct(conn, sandbox_id, now, key, answer)
+        (refused,) = await _release_direct(conn, [sandbox_id], now, key, answer)
     except UniqueViolation as exc:
         if key is None or exc.diag.constraint_name != _KEY_CONSTRAINT:
             raise
         raise KeySeen(key) from None
+    if refused is not None:
+        raise refused
+
+
+async def sandbox_release_direct_many(
+    *, conn: Any, sandbox_ids: Sequence[int], now: dt.datetime
+) -> list[SandmanError | None]:
+    """:func:`sandbox_release_direct` for many releases at once (no ``Idempotency-Key``):
+    each one's refusal or None (released), in order, in the same two round trips as one
+    (the rows locked in id order, every release planned and its writes queued, one
+    ``COMMIT``). A refusal leaves only its own release out; two releases of one sandbox in
+    a batch are answered as one after the other (the second: ``already_released``)."""
+    return await _release_direct(conn, list(sandbox_ids), now, None, None)
 
 
 async def _release_direct(
     conn: Any,
-    sandbox_id: int,
+    sandbox_ids: list[int],
     now: dt.datetime,
     key: str | None,
     answer: dict[str, Any] | None,
-) -> None:
+) -> list[SandmanError | None]:
+    assert key is None or len(sandbox_ids) == 1, "a keyed release is released alone"
     messages: list[dict[str, Any]] = []
+    out: list[SandmanError | None] = []
     async with pipelined_transaction(conn):
         seen = None
         if key is not None:
             seen = await conn.execute(
-                *idempotent_call_seen_query(route="release", scope=sandbox_id, key=key)
+                *idempotent_call_seen_query(route="release", scope=sandbox_ids[0], key=key)
             )
-        cur = await conn.execute(_RELEASE_LOCK, [sandbox_id])
-        found = await cur.fetchone()  # the key's read came back with it
+        cur = await conn.execute(_RELEASE_LOCK, [sorted(set(sandbox_ids))])
+        found = await cur.fetchall()  # the key's read came back with it
         if seen is not None and await seen.fetchone() is not None:
             raise KeySeen(key or "")
-        if found is None:
-            raise NotFound(f"sandbox {sandbox_id} does not exist")
-        row = Sandbox(**dict(zip(_RELEASE_COLUMNS, found, strict=True)))
-        refused = release_refusal(row)
-        if refused is not None:
-            raise refused
-        moves, delete = release_plan(row, ReleaseRequest(sandbox_id=row.pk, now=now))
+        rows = {one[0]: Sandbox(**dict(zip(_RELEASE_COLUMNS, one, strict=True))) for one in found}
         db = connections[DEFAULT_DB_ALIAS]
         writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
-        for moved in apply_moves_locked({row.pk: row}, moves, into=writes, messages=messages):
-            if isinstance(moved, SandmanError):
-                raise moved  # in use -> released -> deleting is allowed: a broken invariant
-        order = None
-        if delete is not None:
-            pending = pending_row(row, delete)
-            order = pending_order(pending)
-            fields, (params,) = prepared_values(db, PendingDelete, [pending])
-            qn = db.ops.quote_name
+        pending: list[PendingDelete] = []
+        notes: list[str] = []
+        for sandbox_id in sandbox_ids:  # in order: a second release of one row sees the first
+            row = rows.get(sandbox_id)
+            refused = (
+                NotFound(f"sandbox {sandbox_id} does not exist")
+                if row is None
+                else release_refusal(row)
+            )
+            out.append(refused)
+            if row is None or refused is not None:
+                continue
+            moves, delete = release_plan(row, ReleaseRequest(sandbox_id=row.pk, now=now))
+            for moved in apply_moves_locked({row.pk: row}, moves, into=writes, messages=messages):
+                if isinstance(moved, SandmanError):
+                    raise moved  # in use -> released -> deleting is allowed: a broken invariant
+            order = None
+            if delete is not None:
+                pending.append(pending_row(row, delete))
+                order = pending_order(pending[-1])
+            tail = "" if order is None else json.dumps(dataclasses.asdict(order))
+            notes.append(f"released:{row.job_id}:{row.pk}:{tail}")
+        if key is not None and out == [None]:  # a refusal records nothing
+            # A plain INSERT: a key recorded first undoes the release.
+            key_insert = idempotent_call_insert(
+                route="release", scope=sandbox_ids[0], key=key, answer=answer or {},
+                sandbox_id=None, now=now,
+            )  # fmt: skip
+        else:
+            key_insert = None
+        if notes:
+            if pending:
+                fields, params = prepared_values(db, PendingDelete, pending)
+                insert_values(
+                    db, PendingDelete, fields, params, into=writes,
+                    skip_conflicts_on=quoted_column(PendingDelete, "name"),
+                )  # fmt: skip
             writes.add(
-                f"INSERT INTO {qn(PendingDelete._meta.db_table)}"
-                f" ({', '.join(qn(f.column) for f in fields)})"
-                f" VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT (name) DO NOTHING",
-                params,
+                "SELECT pg_notify(%s, note) FROM UNNEST(%s::text[]) AS note", [CHANNEL, notes]
             )
-        tail = "" if order is None else json.dumps(dataclasses.asdict(order))
-        payload_ = f"released:{row.job_id}:{row.pk}:{tail}"
-        writes.add("SELECT pg_notify(%s, %s)", [CHANNEL, payload_])
         statements = writes.take()
-        if key is not None:  # a plain INSERT: a key recorded first undoes the release
-            statements.append(
-                idempotent_call_insert(
-                    route="release",
-                    scope=sandbox_id,
-                    key=key,
-                    answer=answer or {},
-                    sandbox_id=None,
-                    now=now,
-                )
-            )
+        if key_insert is not None:
+            statements.append(key_insert)
         await _queue(conn, statements)
     for message in messages:
         publish_now("sandbox.state", message)
+    return out
 
 
 # What a release reads of the row: its refusals, its plan, its delete's order, the message.
@@ -462,7 +595,10 @@ _RELEASE_COLUMNS = (
     "id", "job_id", "name", "nonce", "backend", "backend_uid", "backend_ref", "state",
     "role", "source", "key_hash", "image", "failure_reason", "released_at",
 )  # fmt: skip
-_RELEASE_LOCK = f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM {_S} WHERE id = %s FOR UPDATE"
+# In id order: two batches of releases never wait on each other's locks in a cycle.
+_RELEASE_LOCK = (
+    f"SELECT {', '.join(_RELEASE_COLUMNS)} FROM {_S} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+)
 
 
 def database_conninfo() -> str:

@@ -851,3 +851,236 @@ def test_a_claims_health_check_keeps_no_connection_to_the_pod_it_handed_out(
 
     assert (won.sandbox_id, won.source) == (pod_id, "warm")
     assert held == before
+
+
+# --- many calls at once: the web worker's group commit (sandboxes.apis.batches) ----------------
+
+
+def claim_many_with(
+    records: list[dict[str, Any]],
+    healthy: Callable[[OfferedPod], Any],
+    wanted: Callable[[int], bool] | None = None,
+    trace: Any = None,
+) -> tuple[list[Any], int]:
+    """``sandbox_claim_offered_many`` on a connection of its own; with ``trace`` (a path)
+    the round trips it waited for, counted from libpq's protocol trace."""
+    import psycopg
+    from psycopg import pq
+
+    from sandboxes.services.offers import sandbox_claim_offered_many
+
+    async def one() -> tuple[list[Any], int]:
+        async with await psycopg.AsyncConnection.connect(
+            database_conninfo(), autocommit=True
+        ) as conn:
+            if trace is not None:
+                sink = trace.open("w")
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            try:
+                now = time.monotonic()
+                claimed = await sandbox_claim_offered_many(
+                    conn=conn,
+                    records=records,
+                    starts=[now] * len(records),
+                    healthy=healthy,
+                    now=timezone.now,
+                    clock=time.monotonic,
+                    wanted=wanted,
+                )
+            finally:
+                if trace is not None:
+                    conn.pgconn.untrace()
+                    sink.close()
+            return claimed, round_trips(trace.read_text()) if trace is not None else 0
+
+    return async_to_sync(one)()
+
+
+def test_claims_sent_together_take_the_two_round_trips_of_one_and_the_oldest_offers(
+    direct_controller: Controller, tmp_path: Any
+) -> None:
+    """Three acquires of one job and key in one batch: one lock of three rows, three checks,
+    one ``COMMIT`` with three hand-outs, their acquisitions and notifications. The first
+    record gets the oldest offer; the books hear of all three."""
+    job = make_job(warm_per_key=0)
+    offered = prewarm(direct_controller, job.pk, 3)
+    oldest_first = list(
+        Sandbox.objects.filter(pk__in=offered)
+        .order_by("offered_at", "pk")
+        .values_list("pk", flat=True)
+    )
+    checked: list[int] = []
+
+    async def healthy(pod: OfferedPod) -> bool:
+        checked.append(pod.sandbox_id)
+        return True
+
+    records = [claim_record(job.pk) for _ in range(3)]
+    claimed, trips = claim_many_with(records, healthy, trace=tmp_path / "many.trace")
+
+    assert trips == 2
+    assert [c.pod.sandbox_id for c in claimed] == oldest_first
+    assert sorted(checked) == sorted(offered)
+    acquisitions = {a.sandbox_id: a for a in Acquisition.objects.filter(job=job)}
+    assert set(acquisitions) == set(offered)
+    for won in claimed:
+        row = Sandbox.objects.get(pk=won.pod.sandbox_id)
+        assert (row.state, row.offered_at, row.source) == (SandboxState.IN_USE, None, "warm")
+        assert won.pod.token == row.token and won.pod.address == row.address
+        assert acquisitions[row.pk].outcome == AcquisitionOutcome.OK
+        assert acquisitions[row.pk].wait_ms == pytest.approx(won.wait_ms)
+        kinds = list(SandboxEvent.objects.filter(sandbox_id=row.pk).values_list("kind", flat=True))
+        assert kinds[-3:] == ["state", "healthy", "acquired"]
+    wait_until(
+        lambda: books(direct_controller, job.pk)["in_use"] == 3,
+        what="the books to follow the three claims",
+    )
+
+
+def test_in_a_batch_a_failed_check_sends_its_claim_to_the_next_offer_and_none_left_is_none(
+    direct_controller: Controller,
+) -> None:
+    """Three offers, the oldest unhealthy, four claims: the two healthy offers go to the
+    first two claims; the third (whose offer failed) tries again and finds the fourth's
+    share, none: both get None, as a lone claim with nothing offered does."""
+    job = make_job(warm_per_key=0)
+    offered = prewarm(direct_controller, job.pk, 3)
+    ids = list(
+        Sandbox.objects.filter(pk__in=offered)
+        .order_by("offered_at", "pk")
+        .values_list("pk", flat=True)
+    )
+
+    async def oldest_fails(pod: OfferedPod) -> bool:
+        return pod.sandbox_id != ids[0]
+
+    claimed, _ = claim_many_with([claim_record(job.pk) for _ in range(4)], oldest_fails)
+
+    assert [c.pod.sandbox_id if c else None for c in claimed] == [ids[1], ids[2], None, None]
+    assert SandboxEvent.objects.filter(sandbox_id=ids[0], kind="health_failed").exists()
+    assert Sandbox.objects.get(pk=ids[0]).offered_at is None
+    assert Acquisition.objects.filter(job=job).count() == 2
+
+
+def test_a_claim_whose_caller_left_during_its_batch_leaves_its_offer_offered(
+    direct_controller: Controller,
+) -> None:
+    job = make_job(warm_per_key=0)
+    offered = prewarm(direct_controller, job.pk, 2)
+    ids = list(
+        Sandbox.objects.filter(pk__in=offered)
+        .order_by("offered_at", "pk")
+        .values_list("pk", flat=True)
+    )
+
+    async def healthy(pod: OfferedPod) -> bool:
+        return True
+
+    claimed, _ = claim_many_with(
+        [claim_record(job.pk) for _ in range(2)], healthy, wanted=lambda i: i != 0
+    )
+
+    assert claimed[0] is None and claimed[1].pod.sandbox_id == ids[0]  # the oldest offer
+    left = Sandbox.objects.get(pk=ids[1])
+    assert (left.state, left.offered_at is not None) == (SandboxState.READY, True)
+    assert Acquisition.objects.filter(job=job).count() == 1
+
+
+def test_releases_sent_together_each_get_their_own_answer_in_two_round_trips(
+    direct_controller: Controller, tmp_path: Any
+) -> None:
+    """Two claimed sandboxes released in one batch with a second release of the first and
+    an id that does not exist: released, ``already_released`` (as if sent after the
+    first), not found, released; one lock, one ``COMMIT``; the controller deletes both."""
+    import psycopg
+    from psycopg import pq
+
+    from sandboxes.services.offers import sandbox_release_direct_many
+    from sandman_site.errors import AlreadyReleased, NotFound
+
+    job = make_job(warm_per_key=0)
+    prewarm(direct_controller, job.pk, 2)
+
+    async def healthy(pod: OfferedPod) -> bool:
+        return True
+
+    claimed, _ = claim_many_with([claim_record(job.pk) for _ in range(2)], healthy)
+    first, second = (c.pod.sandbox_id for c in claimed)
+    missing = max(first, second) + 1000
+    path = tmp_path / "release.trace"
+
+    async def one() -> list[Any]:
+        async with await psycopg.AsyncConnection.connect(
+            database_conninfo(), autocommit=True
+        ) as conn:
+            with path.open("w") as sink:
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+                try:
+                    return await sandbox_release_direct_many(
+                        conn=conn, sandbox_ids=[first, first, missing, second], now=timezone.now()
+                    )
+                finally:
+                    conn.pgconn.untrace()
+
+    answers = async_to_sync(one)()
+
+    assert round_trips(path.read_text()) == 2
+    assert answers[0] is None and answers[3] is None
+    assert isinstance(answers[1], AlreadyReleased) and isinstance(answers[2], NotFound)
+    for sandbox_id in (first, second):
+        wait_until(
+            lambda sandbox_id=sandbox_id: (
+                Sandbox.objects.get(pk=sandbox_id).state == SandboxState.DELETED
+            ),
+            what=f"the controller to delete released sandbox {sandbox_id}",
+        )
+    assert books(direct_controller, job.pk)["in_use"] == 0
+
+
+def test_claims_and_releases_on_one_loop_go_through_the_batches_and_hand_out_each_pod_once(
+    direct_controller: Controller,
+) -> None:
+    """``direct.claim`` and ``direct.release`` as one web worker's requests under a burst:
+    five acquires at once on one loop for three offered pods (real execd checks), then the
+    three releases at once."""
+    job = make_job(warm_per_key=0)
+    offered = set(prewarm(direct_controller, job.pk, 3))
+
+    async def burst() -> tuple[list[Any], list[bool]]:
+        try:
+            won = await asyncio.gather(
+                *(
+                    direct.claim(
+                        job_id=job.pk, user_id=None, idempotency_key="", fields=dict(FIELDS)
+                    )
+                    for _ in range(5)
+                )
+            )
+            released = await asyncio.gather(
+                *(direct.release(sandbox_id=w.sandbox_id, outcome={}) for w in won if w)
+            )
+            return won, released
+        finally:
+            await direct.close()
+
+    won, released = async_to_sync(burst)()
+
+    assert sorted(w.sandbox_id for w in won if w) == sorted(offered)
+    assert [w for w in won if w is None] == [None, None]
+    assert released == [True, True, True]
+    assert Acquisition.objects.filter(job=job, outcome=AcquisitionOutcome.OK).count() == 3
+    # One batch: the three hand-outs were written by one transaction (the rows' xmin).
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT xmin::text FROM sandboxes_acquisition WHERE job_id = %s", [job.pk]
+        )
+        assert len(cur.fetchall()) == 1
+    wait_until(
+        lambda: (
+            set(Sandbox.objects.filter(pk__in=offered).values_list("state", flat=True))
+            <= {SandboxState.DELETING, SandboxState.DELETED}
+        ),
+        what="the three released sandboxes to be deleted",
+    )
