@@ -61,7 +61,19 @@ def prewarm(controller: Controller, job_id: int, count: int) -> list[int]:
         )
         return ids if len(ids) >= count else None
 
-    return wait_until(offered, what=f"{count} offered warm pods")
+    ids = wait_until(offered, what=f"{count} offered warm pods")
+    # The books count a pod offered once its stamp's commit is heard (until then it is
+    # ``stamping``), and a create's last event (``warm``) may be written after the stamp:
+    # a test that counts either after a claim must not race them.
+    wait_until(
+        lambda: books(controller, job_id)["offered"] >= count,
+        what=f"the books to count {count} offered pods",
+    )
+    wait_until(
+        lambda: SandboxEvent.objects.filter(sandbox_id__in=ids, kind="warm").count() >= count,
+        what=f"the {count} pods' warm events",
+    )
+    return ids
 
 
 def books(controller: Controller, job_id: int) -> dict[str, Any]:
