@@ -48,7 +48,7 @@ from sandboxes.services.batch import apply_moves_locked, insert_events
 from sandboxes.services.batch_deletes import ReleaseRequest, pending_row, release_plan
 from sandboxes.services.deletes import pending_order
 from sandboxes.services.idempotency import idempotent_call_insert, idempotent_call_seen_query
-from sandboxes.services.moves import hand_out_move
+from sandboxes.services.moves import SandboxMove, hand_out_move
 from sandboxes.services.rawinsert import (
     Statements,
     array_casts,
@@ -543,8 +543,15 @@ async def _release_direct(
         writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
         pending: list[PendingDelete] = []
         notes: list[str] = []
-        for sandbox_id in sandbox_ids:  # in order: a second release of one row sees the first
+        moves: list[SandboxMove] = []
+        released: set[int] = set()
+        again: list[int] = []  # indices of a second release of a row released here
+        for sandbox_id in sandbox_ids:
             row = rows.get(sandbox_id)
+            if row is not None and row.pk in released:
+                again.append(len(out))  # answered below, from the row as released here
+                out.append(None)
+                continue
             refused = (
                 NotFound(f"sandbox {sandbox_id} does not exist")
                 if row is None
@@ -553,16 +560,22 @@ async def _release_direct(
             out.append(refused)
             if row is None or refused is not None:
                 continue
-            moves, delete = release_plan(row, ReleaseRequest(sandbox_id=row.pk, now=now))
-            for moved in apply_moves_locked({row.pk: row}, moves, into=writes, messages=messages):
-                if isinstance(moved, SandmanError):
-                    raise moved  # in use -> released -> deleting is allowed: a broken invariant
+            planned, delete = release_plan(row, ReleaseRequest(sandbox_id=row.pk, now=now))
+            moves.extend(planned)
+            released.add(row.pk)
             order = None
             if delete is not None:
                 pending.append(pending_row(row, delete))
                 order = pending_order(pending[-1])
             tail = "" if order is None else json.dumps(dataclasses.asdict(order))
             notes.append(f"released:{row.job_id}:{row.pk}:{tail}")
+        # Every release's moves at once: one UPDATE per set of changed fields and one
+        # INSERT of the events for the whole batch (``rawinsert``'s UNNEST statements).
+        for moved in apply_moves_locked(rows, moves, into=writes, messages=messages):
+            if isinstance(moved, SandmanError):
+                raise moved  # in use -> released -> deleting is allowed: a broken invariant
+        for i in again:  # as if sent after the first: the row is released now
+            out[i] = release_refusal(rows[sandbox_ids[i]])
         if key is not None and out == [None]:  # a refusal records nothing
             # A plain INSERT: a key recorded first undoes the release.
             key_insert = idempotent_call_insert(
