@@ -2,15 +2,18 @@
 controller, and a release without a verdict is written here (``SANDMAN_DIRECT_HANDOUT``,
 PostgreSQL only; architecture §3.6).
 
-``claim`` runs ``sandboxes.services.offers.sandbox_claim_offered`` on this process's event
-loop, on an async psycopg connection of the loop's own pool (no thread, no ORM I/O): the
-oldest offered pod of the job's key locked with ``SKIP LOCKED``, its execd's ``/health``
-over one shared session of kept connections, then the hand-out, its events, its finished
-acquisition and the notification to the controller, pipelined with the ``COMMIT``. None
-when no offered pod is healthy: the caller then asks the controller, as without it.
-``release`` writes a release without a verdict the same way (the row locked, the
-controller's refusals and release plan, the ``PendingDelete`` and a notification with the
-delete's order, pipelined with the ``COMMIT``).
+``claim`` runs ``sandboxes.services.offers.sandbox_claim_offered_many`` on this process's
+event loop, on an async psycopg connection of the loop's own pool (no thread, no ORM
+I/O), for itself and the claims of its job and key that wait with it
+(``sandboxes.apis.batches``: group commit): the oldest offered pods of the job's key
+locked with ``SKIP LOCKED`` and the calls' keys taken, each pod's execd ``/health`` (a
+new connection each, none kept), then the hand-outs, their events, their finished
+acquisitions, their keys' answers and the notifications to the controller, pipelined with
+the ``COMMIT``. None when no offered pod is healthy: the caller then asks the controller,
+as without it. ``release`` writes a release without a verdict the same way, with the
+releases that wait with it (the rows locked, the controller's refusals and release plan,
+the ``PendingDelete`` and a notification with the delete's order, pipelined with the
+``COMMIT``).
 
 Rules a reader must not break:
 * Only a rollout acquire claims (a grading acquire may need the controller's image-pin
@@ -42,11 +45,10 @@ from sandboxes.providers.local.health import ExecdHealth
 from sandboxes.services.offers import (
     Claimed,
     KeyedClaim,
+    KeySeen,
     OfferedPod,
     database_conninfo,
-    sandbox_claim_offered,
     sandbox_claim_offered_many,
-    sandbox_release_direct,
     sandbox_release_direct_many,
 )
 from sandboxes.states import Role, SandboxSource
@@ -92,20 +94,10 @@ async def claim(
         keyed = KeyedClaim(
             key=idempotency_key, answer=lambda pod, wait_ms: record_answer(_result(pod, wait_ms))
         )
-    handle = _handles()
-    if keyed is None:  # it waits with the others of its job and key, and goes with them
-        claimed = await handle.claims.call((job_id, request.key.hash), (record, started))
-    else:
-        async with handle.connection() as conn:
-            claimed = await sandbox_claim_offered(
-                conn=conn,
-                record=record,
-                healthy=handle.healthy,
-                now=timezone.now,
-                clock=time.monotonic,
-                started=started,
-                keyed=keyed,
-            )
+    # It waits with the others of its job and key, and goes with them.
+    claimed = await _handles().claims.call((job_id, request.key.hash), (record, started, keyed))
+    if isinstance(claimed, KeySeen):
+        raise claimed
     return None if claimed is None else _result(claimed.pod, claimed.wait_ms)
 
 
@@ -136,17 +128,18 @@ async def release(
     key has a recorded answer: nothing released)."""
     if not direct_handout_enabled() or outcome.get("verdict") is not None:
         return False
-    handle = _handles()
-    if key is None:  # it waits with the other releases, and goes with them
-        refused = await handle.releases.call(None, sandbox_id)
-        if refused is not None:
-            raise refused
-        return True
-    async with handle.connection() as conn:
-        await sandbox_release_direct(
-            conn=conn, sandbox_id=sandbox_id, now=timezone.now(), key=key, answer=answer
-        )
+    # It waits with the other releases, and goes with them.
+    keyed = None if key is None else (key, answer or {})
+    refused = await _handles().releases.call(None, (sandbox_id, keyed))
+    if refused is not None:
+        raise refused
     return True
+
+
+# A claim waiting for its batch: its acquisition's fields, when it started, its key.
+_ClaimCall = tuple[dict[str, Any], float, KeyedClaim | None]
+# A release waiting for its batch: the sandbox, and its key with the answer to record.
+_ReleaseCall = tuple[int, tuple[str, dict[str, Any]] | None]
 
 
 class _Handles:
@@ -158,19 +151,20 @@ class _Handles:
         self._pool: Any = None
         # One check per pod per claim: nothing to keep a connection for.
         self._health = ExecdHealth(HEALTH_TIMEOUT_S, keep_connections=False)
-        self.claims: Batches[tuple[dict[str, Any], float], Claimed | None] = Batches(
-            self._claim_many
+        self.claims: Batches[_ClaimCall, Claimed | KeySeen | None] = Batches(self._claim_many)
+        self.releases: Batches[_ReleaseCall, SandmanError | KeySeen | None] = Batches(
+            self._release_many
         )
-        self.releases: Batches[int, SandmanError | None] = Batches(self._release_many)
 
     async def _claim_many(
-        self, items: list[tuple[dict[str, Any], float]], wanted: Callable[[int], bool]
-    ) -> list[Claimed | None]:
+        self, calls: list[_ClaimCall], wanted: Callable[[int], bool]
+    ) -> list[Claimed | KeySeen | None]:
         async with self.connection() as conn:
             return await sandbox_claim_offered_many(
                 conn=conn,
-                records=[record for record, _ in items],
-                starts=[started for _, started in items],
+                records=[record for record, _, _ in calls],
+                starts=[started for _, started, _ in calls],
+                keys=[keyed for _, _, keyed in calls],
                 healthy=self.healthy,
                 now=timezone.now,
                 clock=time.monotonic,
@@ -178,12 +172,15 @@ class _Handles:
             )
 
     async def _release_many(
-        self, sandbox_ids: list[int], wanted: Callable[[int], bool]
-    ) -> list[SandmanError | None]:
+        self, calls: list[_ReleaseCall], wanted: Callable[[int], bool]
+    ) -> list[SandmanError | KeySeen | None]:
         # Every release of the batch is written: one whose caller left was asked for.
         async with self.connection() as conn:
             return await sandbox_release_direct_many(
-                conn=conn, sandbox_ids=sandbox_ids, now=timezone.now()
+                conn=conn,
+                sandbox_ids=[sandbox_id for sandbox_id, _ in calls],
+                keys=[keyed for _, keyed in calls],
+                now=timezone.now(),
             )
 
     async def pool(self) -> Any:

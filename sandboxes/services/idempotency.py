@@ -8,6 +8,7 @@ only rows older than the given age (the table is bounded in time, keys are not r
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
@@ -57,9 +58,8 @@ def idempotent_call_insert(
     sandbox_id: int | None,
     now: dt.datetime,
 ) -> tuple[str, list[Any]]:
-    """The record's plain ``INSERT`` and its prepared parameters, not run: a direct claim
-    sends it in its own commit, where a key recorded first by another call is a unique
-    violation that undoes the hand-out (``services.offers``)."""
+    """The record's plain ``INSERT`` and its prepared parameters, not run
+    (:func:`idempotent_call_record` adds its ``ON CONFLICT``)."""
     meta = IdempotentCall._meta
     qn = connection.ops.quote_name
     values = {
@@ -77,15 +77,75 @@ def idempotent_call_insert(
     return f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks})", params
 
 
-def idempotent_call_seen_query(*, route: str, scope: int, key: str) -> tuple[str, list[Any]]:
-    """``SELECT 1`` when the key has a recorded answer (not run here)."""
+def idempotent_calls_hold(
+    *, route: str, calls: Sequence[tuple[int, str]], now: dt.datetime
+) -> tuple[str, list[Any]]:
+    """Take keys for calls under way, not run here: ONE ``INSERT`` of a placeholder row
+    (empty answer, no sandbox) per ``(scope, key)``, ``ON CONFLICT DO NOTHING RETURNING
+    scope, key``: the keys returned are this transaction's; a key not returned has a
+    history (a recorded answer) or was taken by a call that committed first.
+
+    A direct claim or release sends it with its lock, in ITS transaction, so the
+    placeholder is never seen: the call's answer replaces it (:func:`idempotent_calls_answer`)
+    or it is dropped (:func:`idempotent_calls_drop`) before the commit, and a concurrent
+    call with the same key waits for that commit and then finds the answer (or takes the
+    key). The keys go in sorted order: two transactions taking the same keys never wait on
+    each other in a cycle."""
+    meta = IdempotentCall._meta
     qn = connection.ops.quote_name
-    cols = {name: qn(_concrete(name).column) for name in ("route", "scope", "key")}
+    cols = {name: qn(_concrete(name).column) for name in _COLUMNS}
+    unique = ", ".join(cols[name] for name in ("route", "scope", "key"))
+    ordered = sorted(set(calls))
     sql = (
-        f"SELECT 1 FROM {qn(IdempotentCall._meta.db_table)} WHERE {cols['route']} = %s"
-        f" AND {cols['scope']} = %s AND {cols['key']} = %s"
+        f"INSERT INTO {qn(meta.db_table)} ({', '.join(cols.values())})"
+        " SELECT %s, v.scope, v.key, NULL, '{}'::jsonb, %s"
+        " FROM UNNEST(%s::bigint[], %s::varchar[]) AS v(scope, key) ORDER BY v.scope, v.key"
+        f" ON CONFLICT ({unique}) DO NOTHING RETURNING {cols['scope']}, {cols['key']}"
     )
-    return sql, [route, scope, key]
+    created = _concrete("created_at").get_db_prep_save(now, connection)
+    return sql, [route, created, [s for s, _ in ordered], [k for _, k in ordered]]
+
+
+def idempotent_calls_answer(
+    *, route: str, answers: Sequence[tuple[int, str, dict[str, Any], int | None]]
+) -> tuple[str, list[Any]]:
+    """Record ``(scope, key, answer, sandbox_id)`` for keys this transaction holds
+    (:func:`idempotent_calls_hold`): ONE ``UPDATE``, not run here."""
+    qn = connection.ops.quote_name
+    table = qn(IdempotentCall._meta.db_table)
+    cols = {name: qn(_concrete(name).column) for name in _COLUMNS}
+    answer = _concrete("answer")
+    sql = (
+        f"UPDATE {table} SET {cols['answer']} = v.answer, {cols['sandbox_id']} = v.sandbox"
+        " FROM UNNEST(%s::bigint[], %s::varchar[], %s::jsonb[], %s::bigint[])"
+        " AS v(scope, key, answer, sandbox)"
+        f" WHERE {table}.{cols['route']} = %s AND {table}.{cols['scope']} = v.scope"
+        f" AND {table}.{cols['key']} = v.key"
+    )
+    return sql, [
+        [scope for scope, _, _, _ in answers],
+        [key for _, key, _, _ in answers],
+        [answer.get_db_prep_save(body, connection) for _, _, body, _ in answers],
+        [sandbox for _, _, _, sandbox in answers],
+        route,
+    ]
+
+
+def idempotent_calls_drop(*, route: str, calls: Sequence[tuple[int, str]]) -> tuple[str, list[Any]]:
+    """Give back keys this transaction holds and did not answer (the call goes the usual
+    way: the controller's, then its own record): ONE ``DELETE``, not run here."""
+    qn = connection.ops.quote_name
+    table = qn(IdempotentCall._meta.db_table)
+    cols = {name: qn(_concrete(name).column) for name in _COLUMNS}
+    sql = (
+        f"DELETE FROM {table} USING UNNEST(%s::bigint[], %s::varchar[]) AS v(scope, key)"
+        f" WHERE {table}.{cols['route']} = %s AND {table}.{cols['scope']} = v.scope"
+        f" AND {table}.{cols['key']} = v.key"
+    )
+    return sql, [[scope for scope, _ in calls], [key for _, key in calls], route]
+
+
+_COLUMNS = ("route", "scope", "key", "sandbox_id", "answer", "created_at")
 
 
 def _concrete(name: str) -> Field[Any, Any]:

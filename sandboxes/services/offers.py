@@ -37,7 +37,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from psycopg.errors import UniqueViolation
 from psycopg.pq import TransactionStatus
 
 from sandboxes import events
@@ -47,7 +46,11 @@ from sandboxes.services.acquisitions import acquisition_message
 from sandboxes.services.batch import apply_moves_locked, insert_events
 from sandboxes.services.batch_deletes import ReleaseRequest, pending_row, release_plan
 from sandboxes.services.deletes import pending_order
-from sandboxes.services.idempotency import idempotent_call_insert, idempotent_call_seen_query
+from sandboxes.services.idempotency import (
+    idempotent_calls_answer,
+    idempotent_calls_drop,
+    idempotent_calls_hold,
+)
 from sandboxes.services.moves import SandboxMove, hand_out_move
 from sandboxes.services.rawinsert import (
     Statements,
@@ -90,10 +93,10 @@ class Claimed:
 
 @dataclass(frozen=True)
 class KeyedClaim:
-    """A claim for an acquire sent with an ``Idempotency-Key``: the key's history is read
-    with the lock (a recorded answer, an earlier hand-out: :class:`KeySeen`), and the
-    call's answer is recorded in the hand-out's own commit (``answer``: the recorded
-    answer, never a token, for the pod and its wait)."""
+    """A claim for an acquire sent with an ``Idempotency-Key``: the key is taken with the
+    lock (a recorded answer, an earlier hand-out, or a call that took it first:
+    :class:`KeySeen`), and the call's answer is recorded in the hand-out's own commit
+    (``answer``: the recorded answer, never a token, for the pod and its wait)."""
 
     key: str
     answer: Callable[[OfferedPod, float], dict[str, Any]]
@@ -101,7 +104,7 @@ class KeyedClaim:
 
 class KeySeen(Exception):  # noqa: N818 - a signal to the caller, not a failure
     """The key has a history (a recorded answer, an earlier hand-out, or a call that
-    recorded it first): nothing was claimed; the caller replays or recovers it."""
+    took it first): nothing was claimed or released; the caller replays or recovers it."""
 
 
 def sandbox_offer_many(*, sandbox_ids: Sequence[int], now: dt.datetime) -> list[int]:
@@ -183,14 +186,18 @@ async def sandbox_claim_offered(
     controller is told (it deletes the pod), and the next offered pod is tried.
 
     Two round trips and the check: ``BEGIN`` with the row lock, then (pipelined) the row,
-    its events, the acquisition, the notification and ``COMMIT``. With ``keyed``, the
-    key's history goes out with the lock and its record with the commit: still two, where
-    the key's read and record took two request-thread hops and two round trips more
-    (raises :class:`KeySeen` when the key has a history; nothing is claimed then). The
-    writes are planned by the controller's own rules (``moves.plan_move`` through
-    ``batch.apply_moves_locked``, which prepares them without running them) and the
-    dashboards hear of them after the commit, as of the controller's."""
-    (claimed,) = await _claim(conn, [record], [started], healthy, now, clock, keyed, None)
+    its events, the acquisition, the notification and ``COMMIT``. With ``keyed``, the key
+    is taken with the lock (``idempotency.idempotent_calls_hold``: a placeholder this
+    transaction alone sees) and the key's earlier hand-outs read; its answer replaces the
+    placeholder in the commit: still two round trips. A key with a history (a recorded
+    answer, an earlier hand-out, a call that took it first) raises :class:`KeySeen`, with
+    nothing claimed. The writes are planned by the controller's own rules
+    (``moves.plan_move`` through ``batch.apply_moves_locked``, which prepares them without
+    running them) and the dashboards hear of them after the commit, as of the
+    controller's."""
+    (claimed,) = await _claim(conn, [record], [started], [keyed], healthy, now, clock, None)
+    if isinstance(claimed, KeySeen):
+        raise claimed
     return claimed
 
 
@@ -202,58 +209,53 @@ async def sandbox_claim_offered_many(
     healthy: Callable[[OfferedPod], Awaitable[bool]],
     now: Callable[[], dt.datetime],
     clock: Callable[[], float],
+    keys: Sequence[KeyedClaim | None] | None = None,
     wanted: Callable[[int], bool] | None = None,
-) -> list[Claimed | None]:
-    """:func:`sandbox_claim_offered` for many acquires of ONE job and key at once (no
-    ``Idempotency-Key``): each record's claim or None, in order, in the same two round
-    trips per attempt as one claim (the lock takes as many offered rows as there are
-    records, their checks run side by side, and the hand-outs, their events, their
-    acquisitions and their notifications go with one ``COMMIT``). The records that came
-    first get the oldest offers. ``wanted(i)``, asked after the checks, drops a record
-    whose caller has left (its pod stays offered). A record that found a pod that failed
-    its check tries again, as a lone claim does; one that found none gets None."""
+) -> list[Claimed | KeySeen | None]:
+    """:func:`sandbox_claim_offered` for many acquires of ONE job and key at once: each
+    record's claim, None (nothing offered) or its :class:`KeySeen`, in order, in the same
+    two round trips per attempt as one claim (the lock takes as many offered rows as there
+    are records, the keys of ``keys`` are taken with it, the checks run side by side, and
+    the hand-outs, their events, their acquisitions, their keys' answers and their
+    notifications go with one ``COMMIT``). The records that came first get the oldest
+    offers. ``wanted(i)``, asked after the checks, drops a record whose caller has left
+    (its pod stays offered). A record that found a pod that failed its check tries again,
+    as a lone claim does; one that found none gets None."""
     if len({(r["job_id"], r["key_hash"]) for r in records}) > 1:
         raise ValueError("one batch of claims is of one job and key")
-    return await _claim(conn, list(records), list(starts), healthy, now, clock, None, wanted)
+    keyed = list(keys) if keys is not None else [None] * len(records)
+    return await _claim(conn, list(records), list(starts), keyed, healthy, now, clock, wanted)
 
 
 async def _claim(
     conn: Any,
     records: list[dict[str, Any]],
     starts: list[float],
+    keyed: list[KeyedClaim | None],
     healthy: Callable[[OfferedPod], Awaitable[bool]],
     now: Callable[[], dt.datetime],
     clock: Callable[[], float],
-    keyed: KeyedClaim | None,
     wanted: Callable[[int], bool] | None,
-) -> list[Claimed | None]:
-    results: list[Claimed | None] = [None] * len(records)
+) -> list[Claimed | KeySeen | None]:
+    results: list[Claimed | KeySeen | None] = [None] * len(records)
     pending = list(range(len(records)))  # indices into records, in arrival order
     for _ in range(CLAIM_ATTEMPTS):
         if not pending:
             break
-        try:
-            served, retry = await _claim_once(
-                conn,
-                [records[i] for i in pending],
-                [starts[i] for i in pending],
-                healthy,
-                now,
-                clock,
-                keyed,
-                None if wanted is None else _asked(wanted, pending),
-            )
-        except UniqueViolation as exc:
-            if keyed is None or exc.diag.constraint_name != _KEY_CONSTRAINT:
-                raise
-            raise KeySeen(keyed.key) from None  # recorded first by a concurrent call
+        served, retry = await _claim_once(
+            conn,
+            [records[i] for i in pending],
+            [starts[i] for i in pending],
+            [keyed[i] for i in pending],
+            healthy,
+            now,
+            clock,
+            None if wanted is None else _asked(wanted, pending),
+        )
         for j, claimed in served.items():
             results[pending[j]] = claimed
         pending = [pending[j] for j in retry]
     return results
-
-
-_KEY_CONSTRAINT = "idempotent_call_route_scope_key"
 
 
 def _asked(wanted: Callable[[int], bool], pending: list[int]) -> Callable[[int], bool]:
@@ -265,40 +267,41 @@ async def _claim_once(
     conn: Any,
     records: list[dict[str, Any]],
     starts: list[float],
+    keyed: list[KeyedClaim | None],
     healthy: Callable[[OfferedPod], Awaitable[bool]],
     now: Callable[[], dt.datetime],
     clock: Callable[[], float],
-    keyed: KeyedClaim | None,
     wanted: Callable[[int], bool] | None,
-) -> tuple[dict[int, Claimed], list[int]]:
-    """One attempt of :func:`_claim`: the records served (index -> claim) and those to try
-    again (as many as the pods that failed their checks, in order)."""
-    assert keyed is None or len(records) == 1, "a keyed claim is claimed alone"
-    first = records[0]
-    history: list[Any] = []
+) -> tuple[dict[int, Claimed | KeySeen], list[int]]:
+    """One attempt of :func:`_claim`: the records answered (index -> claim or
+    :class:`KeySeen`) and those to try again (as many as the pods that failed their
+    checks, in order)."""
+    job_id = records[0]["job_id"]
+    keys = {i: k.key for i, k in enumerate(keyed) if k is not None}
     async with pipelined_transaction(conn):
-        if keyed is not None:
-            for sql, params in (
-                idempotent_call_seen_query(route="acquire", scope=first["job_id"], key=keyed.key),
-                handed_out_query(job_id=first["job_id"], key=keyed.key),
-            ):
-                history.append(await conn.execute(sql, params))
+        held = handed = None
+        if keys:
+            calls = [(job_id, key) for key in keys.values()]
+            held = await conn.execute(
+                *idempotent_calls_hold(route="acquire", calls=calls, now=now())
+            )
+            handed = await conn.execute(*handed_out_query(job_id=job_id, keys=list(keys.values())))
         cur = await conn.execute(
             _CLAIM_LOCK,
             {
-                "job": first["job_id"],
-                "key": first["key_hash"],
+                "job": job_id,
+                "key": records[0]["key_hash"],
                 "ready": SandboxState.READY,
                 "active": JobState.ACTIVE,
                 "n": len(records),
             },
         )
-        found = await cur.fetchall()  # the history's answers came back with it
-        for read in history:
-            if await read.fetchone() is not None:
-                raise KeySeen(keyed.key if keyed else "")  # rolls the lock back
-        if not found:
-            return {}, []
+        found = await cur.fetchall()  # the keys' answers came back with it
+        taken = {key for _, key in await held.fetchall()} if held is not None else set()
+        earlier = {key for (key,) in await handed.fetchall()} if handed is not None else set()
+        # A key not taken has a history (or a call that took it first); one with an
+        # earlier hand-out is a resend whose answer a restart cut (§7's recovery).
+        seen = {i for i, key in keys.items() if key not in taken or key in earlier}
         rows = [
             Sandbox(**dict(zip(_CLAIM_COLUMNS, one, strict=True)), state=SandboxState.READY)
             for one in found
@@ -321,33 +324,31 @@ async def _claim_once(
         good = [(row, pod) for row, pod, ok in zip(rows, pods, checks, strict=True) if ok]
         at = now()
         ended = clock()
-        takers = [i for i in range(len(records)) if wanted is None or wanted(i)]
-        handed = [
+        takers = [i for i in range(len(records)) if i not in seen and (wanted is None or wanted(i))]
+        handed_out = [
             (i, row, pod, (ended - starts[i]) * 1000.0)
             for i, (row, pod) in zip(takers, good, strict=False)
         ]
         writes = [statement for row in failed for statement in _unhealthy_writes(row, at)]
         acquisitions: list[Acquisition] = []
         messages: list[dict[str, Any]] = []
-        if handed:
+        served = {i: Claimed(pod=pod, wait_ms=wait_ms) for i, _, pod, wait_ms in handed_out}
+        answered = [
+            (job_id, keys[i], keyed[i].answer(pod, wait_ms), pod.sandbox_id)  # type: ignore[union-attr]
+            for i, _, pod, wait_ms in handed_out
+            if i in keys
+        ]
+        if answered:
+            writes.append(idempotent_calls_answer(route="acquire", answers=answered))
+        unanswered = [(job_id, keys[i]) for i in keys if keys[i] in taken and i not in served]
+        if unanswered:  # the placeholders of keys that go the usual way: never committed
+            writes.append(idempotent_calls_drop(route="acquire", calls=unanswered))
+        if handed_out:
             writes, acquisitions, messages = _claim_writes(
-                [(row, records[i], wait_ms) for i, row, _, wait_ms in handed], at, writes
-            )
-        if keyed is not None and handed:  # a plain INSERT: a key recorded first undoes it
-            ((_, _, pod, wait_ms),) = handed
-            writes.insert(
-                len(writes) - 1,  # the acquisitions' INSERT ... RETURNING stays last
-                idempotent_call_insert(
-                    route="acquire",
-                    scope=first["job_id"],
-                    key=keyed.key,
-                    answer=keyed.answer(pod, wait_ms),
-                    sandbox_id=pod.sandbox_id,
-                    now=at,
-                ),
+                [(row, records[i], wait_ms) for i, row, _, wait_ms in handed_out], at, writes
             )
         inserted = await _queue(conn, writes)
-    if handed:
+    if handed_out:
         ids = dict(await inserted.fetchall())  # sandbox id -> acquisition id, with the COMMIT
         for acquisition in acquisitions:
             acquisition.pk = ids[acquisition.sandbox_id]
@@ -355,9 +356,10 @@ async def _claim_once(
             publish_now("sandbox.state", message)
         for acquisition in acquisitions:
             publish_now("acquisition", acquisition_message(acquisition, at))
-    served = {i: Claimed(pod=pod, wait_ms=wait_ms) for i, _, pod, wait_ms in handed}
+    answers: dict[int, Claimed | KeySeen] = dict(served)
+    answers.update({i: KeySeen(keys[i]) for i in seen})
     unserved = [i for i in takers if i not in served]
-    return served, unserved[: len(failed)]
+    return answers, unserved[: len(failed)]
 
 
 # What a claim reads of the row: the pod's identity and what the dashboards' message names.
@@ -494,50 +496,51 @@ async def sandbox_release_direct(
     hears of it, else its next round resumes the stored pending delete (§7).
 
     With an ``Idempotency-Key`` (``key``, and the ``answer`` to record), as a keyed claim:
-    a recorded answer read with the lock (:class:`KeySeen`, nothing written) and the
-    answer recorded in the release's commit (a key recorded first by a concurrent call
-    undoes the release: :class:`KeySeen`); a refusal records nothing."""
-    try:
-        (refused,) = await _release_direct(conn, [sandbox_id], now, key, answer)
-    except UniqueViolation as exc:
-        if key is None or exc.diag.constraint_name != _KEY_CONSTRAINT:
-            raise
-        raise KeySeen(key) from None
+    the key taken with the lock (:class:`KeySeen` when it has a history, or a call took it
+    first: nothing written) and the answer recorded in the release's commit; a refusal
+    records nothing."""
+    keyed: list[tuple[str, dict[str, Any]] | None] = [
+        (key, answer or {}) if key is not None else None
+    ]
+    (refused,) = await _release_direct(conn, [sandbox_id], now, keyed)
     if refused is not None:
         raise refused
 
 
 async def sandbox_release_direct_many(
-    *, conn: Any, sandbox_ids: Sequence[int], now: dt.datetime
-) -> list[SandmanError | None]:
-    """:func:`sandbox_release_direct` for many releases at once (no ``Idempotency-Key``):
-    each one's refusal or None (released), in order, in the same two round trips as one
-    (the rows locked in id order, every release planned and its writes queued, one
-    ``COMMIT``). A refusal leaves only its own release out; two releases of one sandbox in
-    a batch are answered as one after the other (the second: ``already_released``)."""
-    return await _release_direct(conn, list(sandbox_ids), now, None, None)
+    *,
+    conn: Any,
+    sandbox_ids: Sequence[int],
+    now: dt.datetime,
+    keys: Sequence[tuple[str, dict[str, Any]] | None] | None = None,
+) -> list[SandmanError | KeySeen | None]:
+    """:func:`sandbox_release_direct` for many releases at once: each one's refusal, its
+    :class:`KeySeen` or None (released), in order, in the same two round trips as one (the
+    keys of ``keys`` (``(key, answer)``) taken and the rows locked in id order, every
+    release planned and its writes queued, one ``COMMIT``). A refusal leaves only its own
+    release out; two releases of one sandbox in a batch are answered as one after the
+    other (the second: ``already_released``)."""
+    keyed = list(keys) if keys is not None else [None] * len(sandbox_ids)
+    return await _release_direct(conn, list(sandbox_ids), now, keyed)
 
 
 async def _release_direct(
     conn: Any,
     sandbox_ids: list[int],
     now: dt.datetime,
-    key: str | None,
-    answer: dict[str, Any] | None,
-) -> list[SandmanError | None]:
-    assert key is None or len(sandbox_ids) == 1, "a keyed release is released alone"
+    keyed: list[tuple[str, dict[str, Any]] | None],
+) -> list[SandmanError | KeySeen | None]:
     messages: list[dict[str, Any]] = []
-    out: list[SandmanError | None] = []
+    out: list[SandmanError | KeySeen | None] = []
+    keys = {i: k[0] for i, k in enumerate(keyed) if k is not None}
     async with pipelined_transaction(conn):
-        seen = None
-        if key is not None:
-            seen = await conn.execute(
-                *idempotent_call_seen_query(route="release", scope=sandbox_ids[0], key=key)
-            )
+        held = None
+        if keys:
+            calls = [(sandbox_ids[i], key) for i, key in keys.items()]
+            held = await conn.execute(*idempotent_calls_hold(route="release", calls=calls, now=now))
         cur = await conn.execute(_RELEASE_LOCK, [sorted(set(sandbox_ids))])
-        found = await cur.fetchall()  # the key's read came back with it
-        if seen is not None and await seen.fetchone() is not None:
-            raise KeySeen(key or "")
+        found = await cur.fetchall()  # the keys' answers came back with it
+        taken = set(await held.fetchall()) if held is not None else set()
         rows = {one[0]: Sandbox(**dict(zip(_RELEASE_COLUMNS, one, strict=True))) for one in found}
         db = connections[DEFAULT_DB_ALIAS]
         writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
@@ -546,7 +549,10 @@ async def _release_direct(
         moves: list[SandboxMove] = []
         released: set[int] = set()
         again: list[int] = []  # indices of a second release of a row released here
-        for sandbox_id in sandbox_ids:
+        for i, sandbox_id in enumerate(sandbox_ids):
+            if i in keys and (sandbox_id, keys[i]) not in taken:
+                out.append(KeySeen(keys[i]))  # a recorded answer, or a call took the key
+                continue
             row = rows.get(sandbox_id)
             if row is not None and row.pk in released:
                 again.append(len(out))  # answered below, from the row as released here
@@ -576,14 +582,6 @@ async def _release_direct(
                 raise moved  # in use -> released -> deleting is allowed: a broken invariant
         for i in again:  # as if sent after the first: the row is released now
             out[i] = release_refusal(rows[sandbox_ids[i]])
-        if key is not None and out == [None]:  # a refusal records nothing
-            # A plain INSERT: a key recorded first undoes the release.
-            key_insert = idempotent_call_insert(
-                route="release", scope=sandbox_ids[0], key=key, answer=answer or {},
-                sandbox_id=None, now=now,
-            )  # fmt: skip
-        else:
-            key_insert = None
         if notes:
             if pending:
                 fields, params = prepared_values(db, PendingDelete, pending)
@@ -595,8 +593,22 @@ async def _release_direct(
                 "SELECT pg_notify(%s, note) FROM UNNEST(%s::text[]) AS note", [CHANNEL, notes]
             )
         statements = writes.take()
-        if key_insert is not None:
-            statements.append(key_insert)
+        # A released call's key gets its answer; a refused one's is given back (a refusal
+        # records nothing: a resend is refused again from the row).
+        answered = [
+            (sandbox_ids[i], key, keyed[i][1], None)  # type: ignore[index]
+            for i, key in keys.items()
+            if (sandbox_ids[i], key) in taken and out[i] is None
+        ]
+        dropped = [
+            (sandbox_ids[i], key)
+            for i, key in keys.items()
+            if (sandbox_ids[i], key) in taken and out[i] is not None
+        ]
+        if answered:
+            statements.append(idempotent_calls_answer(route="release", answers=answered))
+        if dropped:
+            statements.append(idempotent_calls_drop(route="release", calls=dropped))
         await _queue(conn, statements)
     for message in messages:
         publish_now("sandbox.state", message)

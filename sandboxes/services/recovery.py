@@ -23,6 +23,7 @@ Rules a reader must not break (docs/architecture.md §7):
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,25 +85,27 @@ def _handed_out_with(*, job_id: int, key: str) -> bool:
     filter below as ONE raw ``SELECT ... LIMIT 1`` (every keyed acquire asks it on a web
     worker's request thread; the ORM's compile of the ``exists()`` cost ~4x the read)."""
 
-    sql, params = handed_out_query(job_id=job_id, key=key)
+    sql, params = handed_out_query(job_id=job_id, keys=[key])
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone() is not None
 
 
-def handed_out_query(*, job_id: int, key: str) -> tuple[str, list[Any]]:
-    """:func:`_handed_out_with`'s read, not run (a direct claim sends it with its lock)."""
+def handed_out_query(*, job_id: int, keys: Sequence[str]) -> tuple[str, list[Any]]:
+    """:func:`_handed_out_with`'s read for many keys, not run (a direct claim sends it with
+    its lock): the keys, of ``keys``, that a finished acquisition of ``job_id`` with a
+    sandbox names."""
 
     def col(name: str) -> str:
         return quoted_column(Acquisition, name)
 
     table = connection.ops.quote_name(Acquisition._meta.db_table)
     sql = (
-        f"SELECT 1 FROM {table} WHERE {col('job')} = %s "
-        f"AND {col('idempotency_key')} = %s AND {col('sandbox')} IS NOT NULL "
-        f"AND {col('outcome')} <> %s LIMIT 1"
+        f"SELECT DISTINCT {col('idempotency_key')} FROM {table} WHERE {col('job')} = %s "
+        f"AND {col('idempotency_key')} = ANY(%s) AND {col('sandbox')} IS NOT NULL "
+        f"AND {col('outcome')} <> %s"
     )
-    return sql, [job_id, key, AcquisitionOutcome.PENDING.value]
+    return sql, [job_id, list(keys), AcquisitionOutcome.PENDING.value]
 
 
 def acquisition_recover(*, job_id: int, key: str, now: dt.datetime) -> Recovered | None:

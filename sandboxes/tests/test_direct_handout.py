@@ -701,12 +701,12 @@ def test_a_keyed_claim_records_its_answer_in_the_hand_outs_commit_and_a_resend_c
     assert Acquisition.objects.filter(job=job).count() == 1
 
 
-def test_a_key_recorded_first_by_a_concurrent_call_undoes_the_claim(
+def test_a_key_recorded_before_the_claim_stops_it_with_nothing_claimed(
     direct_controller: Controller,
 ) -> None:
-    """Another call records the key while this claim holds its pod (held at its health
-    check): the claim's commit fails on the key's uniqueness, so nothing of it stays -- the
-    pod offered, no acquisition, no event -- and the caller hears ``KeySeen``."""
+    """Another call recorded the key first: the claim's lock finds the key taken
+    (``idempotent_calls_hold`` returns nothing for it), so nothing of the claim is written
+    -- the pod offered, no acquisition, no event -- and the caller hears ``KeySeen``."""
     import psycopg
 
     from sandboxes.models import IdempotentCall
@@ -715,18 +715,15 @@ def test_a_key_recorded_first_by_a_concurrent_call_undoes_the_claim(
     job = make_job()
     (pod_id,) = prewarm(direct_controller, job.pk, 1)
     events_before = SandboxEvent.objects.filter(sandbox_id=pod_id).count()
-
-    async def another_call_records_first(pod: OfferedPod) -> bool:
-        with psycopg.connect(database_conninfo(), autocommit=True) as other:
-            other.execute(
-                "INSERT INTO sandboxes_idempotentcall (route, scope, key, sandbox_id, answer,"
-                " created_at) VALUES ('acquire', %s, 'key-2', NULL, '{}', now())",
-                [job.pk],
-            )
-        return True
+    with psycopg.connect(database_conninfo(), autocommit=True) as other:
+        other.execute(
+            "INSERT INTO sandboxes_idempotentcall (route, scope, key, sandbox_id, answer,"
+            " created_at) VALUES ('acquire', %s, 'key-2', NULL, '{}', now())",
+            [job.pk],
+        )
 
     with pytest.raises(KeySeen):
-        keyed_claim(job.pk, "key-2", another_call_records_first)
+        keyed_claim(job.pk, "key-2", _healthy)
 
     row = Sandbox.objects.get(pk=pod_id)
     assert (row.state, row.offered_at is not None) == (SandboxState.READY, True)
@@ -734,6 +731,56 @@ def test_a_key_recorded_first_by_a_concurrent_call_undoes_the_claim(
     assert SandboxEvent.objects.filter(sandbox_id=pod_id).count() == events_before
     assert IdempotentCall.objects.get(key="key-2").sandbox_id is None  # the other call's
     assert books(direct_controller, job.pk)["offered"] == 1  # no claim was notified
+
+
+def test_a_call_that_records_the_key_while_a_claim_holds_it_waits_and_gets_the_claims_answer(
+    direct_controller: Controller,
+) -> None:
+    """The claim takes its key with its lock, in its own transaction. Another call with the
+    key (the usual path's record, ``idempotent_call_record``) that comes while the claim
+    is at its health check waits on that key (seen in ``pg_stat_activity``), and once the
+    claim commits gets the claim's answer: one hand-out, one answer for the key."""
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.idempotency import idempotent_call_record
+
+    job = make_job()
+    (pod_id,) = prewarm(direct_controller, job.pk, 1)
+    other: dict[str, Any] = {}
+
+    def record_other() -> None:
+        try:
+            other["answer"] = idempotent_call_record(
+                route="acquire", scope=job.pk, key="key-3", answer={"other": True},
+                sandbox_id=None, now=timezone.now(),
+            )  # fmt: skip
+        finally:
+            connections.close_all()
+
+    def other_waits_on_a_lock() -> bool:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE 'INSERT INTO %%sandboxes_idempotentcall%%'"
+            )
+            return cur.fetchone()[0] == 1
+
+    thread = threading.Thread(target=record_other)
+
+    async def another_call_comes(pod: OfferedPod) -> bool:
+        thread.start()
+        await sync_to_async(wait_until, thread_sensitive=False)(
+            other_waits_on_a_lock, what="the other call to wait on the claim's key"
+        )
+        return True
+
+    won = keyed_claim(job.pk, "key-3", another_call_comes)
+    thread.join()
+
+    assert won.pod.sandbox_id == pod_id
+    call = IdempotentCall.objects.get(route="acquire", scope=job.pk, key="key-3")
+    assert call.sandbox_id == pod_id and other["answer"] == call.answer
+    assert other["answer"]["sandbox_id"] == pod_id
+    assert Acquisition.objects.get(job=job).sandbox_id == pod_id
 
 
 @pytest.mark.asyncio
