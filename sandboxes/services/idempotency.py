@@ -82,7 +82,7 @@ def idempotent_calls_hold(
 ) -> tuple[str, list[Any]]:
     """Take keys for calls under way, not run here: ONE ``INSERT`` of a placeholder row
     (empty answer, no sandbox) per ``(scope, key)``, ``ON CONFLICT DO NOTHING RETURNING
-    scope, key``: the keys returned are this transaction's; a key not returned has a
+    id, scope, key``: the keys returned are this transaction's; a key not returned has a
     history (a recorded answer) or was taken by a call that committed first.
 
     A direct claim or release sends it with its lock, in ITS transaction, so the
@@ -100,49 +100,45 @@ def idempotent_calls_hold(
         f"INSERT INTO {qn(meta.db_table)} ({', '.join(cols.values())})"
         " SELECT %s, v.scope, v.key, NULL, '{}'::jsonb, %s"
         " FROM UNNEST(%s::bigint[], %s::varchar[]) AS v(scope, key) ORDER BY v.scope, v.key"
-        f" ON CONFLICT ({unique}) DO NOTHING RETURNING {cols['scope']}, {cols['key']}"
+        f" ON CONFLICT ({unique}) DO NOTHING"
+        f" RETURNING {qn(meta.pk.column)}, {cols['scope']}, {cols['key']}"
     )
     created = _concrete("created_at").get_db_prep_save(now, connection)
     return sql, [route, created, [s for s, _ in ordered], [k for _, k in ordered]]
 
 
 def idempotent_calls_answer(
-    *, route: str, answers: Sequence[tuple[int, str, dict[str, Any], int | None]]
+    *, answers: Sequence[tuple[int, dict[str, Any], int | None]]
 ) -> tuple[str, list[Any]]:
-    """Record ``(scope, key, answer, sandbox_id)`` for keys this transaction holds
-    (:func:`idempotent_calls_hold`): ONE ``UPDATE``, not run here."""
+    """Record ``(id, answer, sandbox_id)`` in the placeholders this transaction holds (their
+    ids from :func:`idempotent_calls_hold`): ONE ``UPDATE``, not run here. The rows are
+    found by ``id = ANY(...)``, an index condition whatever the planner thinks of the
+    table's size (a join with the ``UNNEST`` alone scanned every row of the route)."""
+    meta = IdempotentCall._meta
     qn = connection.ops.quote_name
-    table = qn(IdempotentCall._meta.db_table)
+    table, pk = qn(meta.db_table), qn(meta.pk.column)
     cols = {name: qn(_concrete(name).column) for name in _COLUMNS}
     answer = _concrete("answer")
+    ids = [row_id for row_id, _, _ in answers]
     sql = (
         f"UPDATE {table} SET {cols['answer']} = v.answer, {cols['sandbox_id']} = v.sandbox"
-        " FROM UNNEST(%s::bigint[], %s::varchar[], %s::jsonb[], %s::bigint[])"
-        " AS v(scope, key, answer, sandbox)"
-        f" WHERE {table}.{cols['route']} = %s AND {table}.{cols['scope']} = v.scope"
-        f" AND {table}.{cols['key']} = v.key"
+        " FROM UNNEST(%s::bigint[], %s::jsonb[], %s::bigint[]) AS v(id, answer, sandbox)"
+        f" WHERE {table}.{pk} = ANY(%s) AND {table}.{pk} = v.id"
     )
     return sql, [
-        [scope for scope, _, _, _ in answers],
-        [key for _, key, _, _ in answers],
-        [answer.get_db_prep_save(body, connection) for _, _, body, _ in answers],
-        [sandbox for _, _, _, sandbox in answers],
-        route,
+        ids,
+        [answer.get_db_prep_save(body, connection) for _, body, _ in answers],
+        [sandbox for _, _, sandbox in answers],
+        ids,
     ]
 
 
-def idempotent_calls_drop(*, route: str, calls: Sequence[tuple[int, str]]) -> tuple[str, list[Any]]:
-    """Give back keys this transaction holds and did not answer (the call goes the usual
-    way: the controller's, then its own record): ONE ``DELETE``, not run here."""
+def idempotent_calls_drop(*, ids: Sequence[int]) -> tuple[str, list[Any]]:
+    """Give back placeholders this transaction holds and did not answer (the call goes the
+    usual way: the controller's, then its own record): ONE ``DELETE``, not run here."""
+    meta = IdempotentCall._meta
     qn = connection.ops.quote_name
-    table = qn(IdempotentCall._meta.db_table)
-    cols = {name: qn(_concrete(name).column) for name in _COLUMNS}
-    sql = (
-        f"DELETE FROM {table} USING UNNEST(%s::bigint[], %s::varchar[]) AS v(scope, key)"
-        f" WHERE {table}.{cols['route']} = %s AND {table}.{cols['scope']} = v.scope"
-        f" AND {table}.{cols['key']} = v.key"
-    )
-    return sql, [[scope for scope, _ in calls], [key for _, key in calls], route]
+    return f"DELETE FROM {qn(meta.db_table)} WHERE {qn(meta.pk.column)} = ANY(%s)", [list(ids)]
 
 
 _COLUMNS = ("route", "scope", "key", "sandbox_id", "answer", "created_at")

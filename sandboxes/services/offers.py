@@ -195,7 +195,8 @@ async def sandbox_claim_offered(
     (``moves.plan_move`` through ``batch.apply_moves_locked``, which prepares them without
     running them) and the dashboards hear of them after the commit, as of the
     controller's."""
-    (claimed,) = await _claim(conn, [record], [started], [keyed], healthy, now, clock, None)
+    claimant = _Claimant(conn, healthy, now, clock)
+    (claimed,) = await _claim(claimant, [record], [started], [keyed], None)
     if isinstance(claimed, KeySeen):
         raise claimed
     return claimed
@@ -224,17 +225,26 @@ async def sandbox_claim_offered_many(
     if len({(r["job_id"], r["key_hash"]) for r in records}) > 1:
         raise ValueError("one batch of claims is of one job and key")
     keyed = list(keys) if keys is not None else [None] * len(records)
-    return await _claim(conn, list(records), list(starts), keyed, healthy, now, clock, wanted)
+    claimant = _Claimant(conn, healthy, now, clock)
+    return await _claim(claimant, list(records), list(starts), keyed, wanted)
+
+
+@dataclass(frozen=True)
+class _Claimant:
+    """What every attempt of a batch of claims works with: the caller's connection, the
+    pods' check and the two clocks (the rows' time, the waits' monotonic one)."""
+
+    conn: Any
+    healthy: Callable[[OfferedPod], Awaitable[bool]]
+    now: Callable[[], dt.datetime]
+    clock: Callable[[], float]
 
 
 async def _claim(
-    conn: Any,
+    claimant: _Claimant,
     records: list[dict[str, Any]],
     starts: list[float],
     keyed: list[KeyedClaim | None],
-    healthy: Callable[[OfferedPod], Awaitable[bool]],
-    now: Callable[[], dt.datetime],
-    clock: Callable[[], float],
     wanted: Callable[[int], bool] | None,
 ) -> list[Claimed | KeySeen | None]:
     results: list[Claimed | KeySeen | None] = [None] * len(records)
@@ -243,13 +253,10 @@ async def _claim(
         if not pending:
             break
         served, retry = await _claim_once(
-            conn,
+            claimant,
             [records[i] for i in pending],
             [starts[i] for i in pending],
             [keyed[i] for i in pending],
-            healthy,
-            now,
-            clock,
             None if wanted is None else _asked(wanted, pending),
         )
         for j, claimed in served.items():
@@ -264,18 +271,16 @@ def _asked(wanted: Callable[[int], bool], pending: list[int]) -> Callable[[int],
 
 
 async def _claim_once(
-    conn: Any,
+    claimant: _Claimant,
     records: list[dict[str, Any]],
     starts: list[float],
     keyed: list[KeyedClaim | None],
-    healthy: Callable[[OfferedPod], Awaitable[bool]],
-    now: Callable[[], dt.datetime],
-    clock: Callable[[], float],
     wanted: Callable[[int], bool] | None,
 ) -> tuple[dict[int, Claimed | KeySeen], list[int]]:
     """One attempt of :func:`_claim`: the records answered (index -> claim or
     :class:`KeySeen`) and those to try again (as many as the pods that failed their
     checks, in order)."""
+    conn, healthy, now, clock = claimant.conn, claimant.healthy, claimant.now, claimant.clock
     job_id = records[0]["job_id"]
     keys = {i: k.key for i, k in enumerate(keyed) if k is not None}
     async with pipelined_transaction(conn):
@@ -297,7 +302,8 @@ async def _claim_once(
             },
         )
         found = await cur.fetchall()  # the keys' answers came back with it
-        taken = {key for _, key in await held.fetchall()} if held is not None else set()
+        # key -> its placeholder's id, for the keys this transaction took
+        taken = {key: pk for pk, _, key in await held.fetchall()} if held is not None else {}
         earlier = {key for (key,) in await handed.fetchall()} if handed is not None else set()
         # A key not taken has a history (or a call that took it first); one with an
         # earlier hand-out is a resend whose answer a restart cut (§7's recovery).
@@ -334,15 +340,15 @@ async def _claim_once(
         messages: list[dict[str, Any]] = []
         served = {i: Claimed(pod=pod, wait_ms=wait_ms) for i, _, pod, wait_ms in handed_out}
         answered = [
-            (job_id, keys[i], keyed[i].answer(pod, wait_ms), pod.sandbox_id)  # type: ignore[union-attr]
+            (taken[keys[i]], keyed[i].answer(pod, wait_ms), pod.sandbox_id)  # type: ignore[union-attr]
             for i, _, pod, wait_ms in handed_out
             if i in keys
         ]
         if answered:
-            writes.append(idempotent_calls_answer(route="acquire", answers=answered))
-        unanswered = [(job_id, keys[i]) for i in keys if keys[i] in taken and i not in served]
+            writes.append(idempotent_calls_answer(answers=answered))
+        unanswered = [taken[keys[i]] for i in keys if keys[i] in taken and i not in served]
         if unanswered:  # the placeholders of keys that go the usual way: never committed
-            writes.append(idempotent_calls_drop(route="acquire", calls=unanswered))
+            writes.append(idempotent_calls_drop(ids=unanswered))
         if handed_out:
             writes, acquisitions, messages = _claim_writes(
                 [(row, records[i], wait_ms) for i, row, _, wait_ms in handed_out], at, writes
@@ -540,7 +546,12 @@ async def _release_direct(
             held = await conn.execute(*idempotent_calls_hold(route="release", calls=calls, now=now))
         cur = await conn.execute(_RELEASE_LOCK, [sorted(set(sandbox_ids))])
         found = await cur.fetchall()  # the keys' answers came back with it
-        taken = set(await held.fetchall()) if held is not None else set()
+        # (sandbox, key) -> its placeholder's id, for the keys this transaction took
+        taken = (
+            {(scope, key): pk for pk, scope, key in await held.fetchall()}
+            if held is not None
+            else {}
+        )
         rows = {one[0]: Sandbox(**dict(zip(_RELEASE_COLUMNS, one, strict=True))) for one in found}
         db = connections[DEFAULT_DB_ALIAS]
         writes = Statements(db)  # PostgreSQL: queued, prepared, never run here
@@ -596,19 +607,19 @@ async def _release_direct(
         # A released call's key gets its answer; a refused one's is given back (a refusal
         # records nothing: a resend is refused again from the row).
         answered = [
-            (sandbox_ids[i], key, keyed[i][1], None)  # type: ignore[index]
+            (taken[(sandbox_ids[i], key)], keyed[i][1], None)  # type: ignore[index]
             for i, key in keys.items()
             if (sandbox_ids[i], key) in taken and out[i] is None
         ]
         dropped = [
-            (sandbox_ids[i], key)
+            taken[(sandbox_ids[i], key)]
             for i, key in keys.items()
             if (sandbox_ids[i], key) in taken and out[i] is not None
         ]
         if answered:
-            statements.append(idempotent_calls_answer(route="release", answers=answered))
+            statements.append(idempotent_calls_answer(answers=answered))
         if dropped:
-            statements.append(idempotent_calls_drop(route="release", calls=dropped))
+            statements.append(idempotent_calls_drop(ids=dropped))
         await _queue(conn, statements)
     for message in messages:
         publish_now("sandbox.state", message)
