@@ -740,6 +740,8 @@ def test_a_call_that_records_the_key_while_a_claim_holds_it_waits_and_gets_the_c
     key (the usual path's record, ``idempotent_call_record``) that comes while the claim
     is at its health check waits on that key (seen in ``pg_stat_activity``), and once the
     claim commits gets the claim's answer: one hand-out, one answer for the key."""
+    import psycopg
+
     from sandboxes.models import IdempotentCall
     from sandboxes.services.idempotency import idempotent_call_record
 
@@ -757,12 +759,14 @@ def test_a_call_that_records_the_key_while_a_claim_holds_it_waits_and_gets_the_c
             connections.close_all()
 
     def other_waits_on_a_lock() -> bool:
-        with connection.cursor() as cur:
-            cur.execute(
+        # A connection of its own, closed at once: it is asked from a worker thread, where
+        # a Django connection would outlive the test and hold the test database open.
+        with psycopg.connect(database_conninfo(), autocommit=True) as conn:
+            (waiting,) = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'INSERT INTO %%sandboxes_idempotentcall%%'"
-            )
-            return cur.fetchone()[0] == 1
+                " AND query LIKE 'INSERT INTO %sandboxes_idempotentcall%'"
+            ).fetchone()
+            return waiting == 1
 
     thread = threading.Thread(target=record_other)
 
