@@ -308,6 +308,9 @@ async def _claim_once(
         # A key not taken has a history (or a call that took it first); one with an
         # earlier hand-out is a resend whose answer a restart cut (§7's recovery).
         seen = {i for i, key in keys.items() if key not in taken or key in earlier}
+        # One key twice in a batch (a process's run_once lets only one call of a key run,
+        # so never from one worker): the first call holds it, the others are resends.
+        seen |= {i for i, key in keys.items() if min(j for j in keys if keys[j] == key) != i}
         rows = [
             Sandbox(**dict(zip(_CLAIM_COLUMNS, one, strict=True)), state=SandboxState.READY)
             for one in found
@@ -346,7 +349,10 @@ async def _claim_once(
         ]
         if answered:
             writes.append(idempotent_calls_answer(answers=answered))
-        unanswered = [taken[keys[i]] for i in keys if keys[i] in taken and i not in served]
+        answered_keys = {keys[i] for i in served if i in keys}
+        unanswered = sorted(
+            {taken[key] for key in keys.values() if key in taken and key not in answered_keys}
+        )
         if unanswered:  # the placeholders of keys that go the usual way: never committed
             writes.append(idempotent_calls_drop(ids=unanswered))
         if handed_out:

@@ -924,6 +924,7 @@ def claim_many_with(
     healthy: Callable[[OfferedPod], Any],
     wanted: Callable[[int], bool] | None = None,
     trace: Any = None,
+    keys: list[Any] | None = None,
 ) -> tuple[list[Any], int]:
     """``sandbox_claim_offered_many`` on a connection of its own; with ``trace`` (a path)
     the round trips it waited for, counted from libpq's protocol trace."""
@@ -950,6 +951,7 @@ def claim_many_with(
                     now=timezone.now,
                     clock=time.monotonic,
                     wanted=wanted,
+                    keys=keys,
                 )
             finally:
                 if trace is not None:
@@ -1147,3 +1149,32 @@ def test_claims_and_releases_on_one_loop_go_through_the_batches_and_hand_out_eac
         ),
         what="the three released sandboxes to be deleted",
     )
+
+
+def test_keyed_claims_in_one_batch_each_hold_their_key_and_one_key_twice_is_claimed_once(
+    direct_controller: Controller,
+) -> None:
+    """Three keyed claims in one batch, the third with the first's key: the first two are
+    handed out with their keys' answers in the commit; the third is a resend of the first
+    (``KeySeen``), and its pod stays offered."""
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.offers import KeyedClaim, KeySeen
+
+    job = make_job(warm_per_key=0)
+    offered = prewarm(direct_controller, job.pk, 3)
+
+    def answer(pod: OfferedPod, wait_ms: float) -> dict[str, Any]:
+        return {"sandbox_id": pod.sandbox_id}
+
+    keys = [KeyedClaim(key=k, answer=answer) for k in ("k-a", "k-b", "k-a")]
+    records = [{**claim_record(job.pk), "idempotency_key": k.key} for k in keys]
+    claimed, _ = claim_many_with(records, _healthy, keys=keys)
+
+    first, second, third = claimed
+    assert isinstance(third, KeySeen) and third.args == ("k-a",)
+    for key, won in (("k-a", first), ("k-b", second)):
+        call = IdempotentCall.objects.get(route="acquire", scope=job.pk, key=key)
+        assert call.sandbox_id == won.pod.sandbox_id == call.answer["sandbox_id"]
+    assert IdempotentCall.objects.filter(scope=job.pk).count() == 2
+    (left,) = set(offered) - {first.pod.sandbox_id, second.pod.sandbox_id}
+    assert Sandbox.objects.get(pk=left).offered_at is not None
