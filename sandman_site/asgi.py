@@ -21,6 +21,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sandboxes.apis.fastpath import hot_routes  # noqa: E402
+from sandman_site.lifespan import lifespan  # noqa: E402
 from sandman_site.routing import websocket_urlpatterns  # noqa: E402
 from sandman_site.startup import start_controller_once  # noqa: E402
 
@@ -40,6 +41,8 @@ def build_application(*, serve_static: bool) -> ProtocolTypeRouter:
             "websocket": AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
             ),
+            # A worker's start and end (uvicorn): the direct hand-out's pool opened, closed.
+            "lifespan": lifespan,
         }
     )
 

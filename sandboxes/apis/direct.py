@@ -57,6 +57,10 @@ from sandman_site.errors import SandmanError
 HEALTH_TIMEOUT_S = 5.0  # the controller's own bound on a warm pod's check (Controller)
 
 POOL_MAX = 8  # claims in flight per worker process; each holds a connection briefly
+# Connections a worker keeps open once its pool is open (``warm``: at the worker's start):
+# a burst's first batches then find them instead of waiting for the pool to grow, one
+# connect (a server process forked) at a time, on the cores the burst needs.
+POOL_MIN = 4
 APPLICATION_NAME = "sandman-direct"  # the pools' connections in pg_stat_activity
 _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Handles] = weakref.WeakKeyDictionary()
 
@@ -189,7 +193,7 @@ class _Handles:
 
             pool = AsyncConnectionPool(
                 database_conninfo(),
-                min_size=1,
+                min_size=POOL_MIN,
                 max_size=POOL_MAX,
                 kwargs={
                     "autocommit": True,  # offers.pipelined_transaction's BEGIN/COMMIT
@@ -236,6 +240,17 @@ def _handles() -> _Handles:
     if handles is None:
         handles = _loops[loop] = _Handles()
     return handles
+
+
+async def warm() -> bool:
+    """Open the running loop's pool now (the worker's start: ``sandman_site.lifespan``), so
+    a burst's first claims find ``POOL_MIN`` connections; False when the direct hand-out
+    is off. It does not wait for them: a database that does not answer yet must not stop
+    the worker from serving (the pool keeps trying, and a claim then fails as it would)."""
+    if not direct_handout_enabled():
+        return False
+    await _handles().pool()
+    return True
 
 
 async def close() -> None:

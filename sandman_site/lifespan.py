@@ -1,0 +1,48 @@
+"""The ASGI ``lifespan`` protocol: what a web worker does at its start and at its end.
+
+uvicorn (the production server, README) sends ``lifespan.startup`` before the worker
+accepts its first connection, on the loop that will serve its requests, and
+``lifespan.shutdown`` after its last; Daphne sends neither, and everything here then
+happens lazily, on first use, as before.
+
+* Start: the direct hand-out's connection pool opens (``sandboxes.apis.direct.warm``), so
+  the first burst of acquires after a deploy finds its connections instead of waiting
+  for the pool to grow while the burst holds both cores. It does not wait for the
+  database: a worker whose database is down still starts and answers 503s.
+* End: that pool and its health checker close (``sandboxes.apis.direct.close``), so the
+  worker's PostgreSQL sessions end with it instead of when the server notices the socket.
+
+A failure in either step is logged and the worker goes on: neither is needed to serve.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def lifespan(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    """The ``lifespan`` scope's application (``sandman_site.asgi``'s router)."""
+    from sandboxes.apis import direct
+
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            try:
+                await direct.warm()
+            except Exception:  # noqa: BLE001 - the worker serves without it
+                log.exception("the direct hand-out's pool did not open at start")
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            try:
+                await direct.close()
+            except Exception:  # noqa: BLE001 - the worker ends either way
+                log.exception("the direct hand-out's pool did not close at shutdown")
+            await send({"type": "lifespan.shutdown.complete"})
+            return
