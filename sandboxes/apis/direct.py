@@ -50,6 +50,7 @@ from sandboxes.services.offers import (
     database_conninfo,
     sandbox_claim_offered_many,
     sandbox_release_direct_many,
+    warm_connection,
 )
 from sandboxes.states import Role, SandboxSource
 from sandman_site.errors import SandmanError
@@ -199,6 +200,7 @@ class _Handles:
                     "autocommit": True,  # offers.pipelined_transaction's BEGIN/COMMIT
                     "application_name": APPLICATION_NAME,
                 },
+                configure=warm_connection,  # planned once here, not in a burst's batches
                 open=False,
             )
             await pool.open()
