@@ -1178,3 +1178,80 @@ def test_keyed_claims_in_one_batch_each_hold_their_key_and_one_key_twice_is_clai
     assert IdempotentCall.objects.filter(scope=job.pk).count() == 2
     (left,) = set(offered) - {first.pod.sandbox_id, second.pod.sandbox_id}
     assert Sandbox.objects.get(pk=left).offered_at is not None
+
+
+# --- a new connection of the claim pool: planned before a burst meets it -----------------------
+
+
+def named_relations(trace: str) -> set[str]:
+    """The relations the client's statements name, from a libpq protocol trace (the
+    ``Parse`` and ``Query`` messages' texts)."""
+    import re
+
+    names: set[str] = set()
+    for line in trace.splitlines():
+        if line.startswith("F") and ("\tParse\t" in line or "\tQuery\t" in line):
+            names |= set(re.findall(r'\b(?:FROM|INTO|UPDATE|JOIN)\s+"?([a-z_]+)"?', line))
+    return names
+
+
+def test_a_new_claim_connection_plans_every_relation_a_keyed_claim_and_release_name(
+    direct_controller: Controller, tmp_path: Any
+) -> None:
+    """``warm_connection`` (the claim pool's ``configure``) plans, with ``EXPLAIN`` and
+    without an error, a statement on every relation that a keyed claim and a keyed release
+    then send statements to, so a new session has read them all into its caches before
+    the pool hands it to a claim (a new session's first plan of a statement costs it the
+    catalog reads: https://www.postgresql.org/docs/15/sql-explain.html plans without
+    running). Nothing is written by it."""
+    import psycopg
+    from psycopg import pq
+
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.offers import KeyedClaim, sandbox_release_direct_many, warm_connection
+
+    job = make_job(warm_per_key=0)
+    prewarm(direct_controller, job.pk, 1)
+
+    def answer(pod: OfferedPod, wait_ms: float) -> dict[str, Any]:
+        return {"sandbox_id": pod.sandbox_id}
+
+    keys = [KeyedClaim(key="k-warm", answer=answer)]
+    record = {**claim_record(job.pk), "idempotency_key": "k-warm"}
+    (claimed,), _ = claim_many_with([record], _healthy, keys=keys, trace=tmp_path / "claim")
+    assert claimed is not None and not isinstance(claimed, Exception)
+
+    async def traced(name: str, call: Callable[[Any], Any]) -> str:
+        path = tmp_path / name
+        async with await psycopg.AsyncConnection.connect(
+            database_conninfo(), autocommit=True
+        ) as conn:
+            with path.open("w") as sink:
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+                try:
+                    await call(conn)
+                finally:
+                    conn.pgconn.untrace()
+        return path.read_text()
+
+    async def release(conn: Any) -> None:
+        (refused,) = await sandbox_release_direct_many(
+            conn=conn,
+            sandbox_ids=[claimed.pod.sandbox_id],
+            now=timezone.now(),
+            keys=[("k-release", {"released": True})],
+        )
+        assert refused is None
+
+    events_before = SandboxEvent.objects.count()
+    release_trace = async_to_sync(traced)("release", release)
+    used = named_relations((tmp_path / "claim").read_text()) | named_relations(release_trace)
+    written = (SandboxEvent.objects.count(), IdempotentCall.objects.count())
+    warm_trace = async_to_sync(traced)("warm", warm_connection)
+
+    assert "ErrorResponse" not in warm_trace
+    assert {"sandboxes_sandbox", "sandboxes_idempotentcall"} <= used  # the trace was read
+    assert used <= named_relations(warm_trace), used - named_relations(warm_trace)
+    assert written[0] > events_before
+    assert (SandboxEvent.objects.count(), IdempotentCall.objects.count()) == written
