@@ -21,6 +21,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sandboxes.apis.fastpath import hot_routes  # noqa: E402
+from sandman_site.heap import freeze_start_up  # noqa: E402
 from sandman_site.lifespan import lifespan  # noqa: E402
 from sandman_site.routing import websocket_urlpatterns  # noqa: E402
 from sandman_site.startup import start_controller_once  # noqa: E402
@@ -64,3 +65,5 @@ application = build_application(serve_static=bool(getattr(settings, "SANDMAN_SER
 warm_up()
 
 start_controller_once()
+# Last: what the start built is never walked again by a full collection (sandman_site.heap).
+freeze_start_up()

@@ -37,14 +37,16 @@ def test_plotly_js_is_found_by_staticfiles_from_the_installed_package() -> None:
 
 def test_the_asgi_app_imports_what_the_first_requests_need_when_it_is_built(tmp_path: Path) -> None:
     """A worker's first burst of acquires must not wait in its event loop for the imports
-    of the views and their schema decorators (``sandman_site.asgi.warm_up``). A fresh
-    interpreter, so what other tests imported does not count."""
+    of the views and their schema decorators (``sandman_site.asgi.warm_up``), nor for a
+    full collection that walks them (``sandman_site.heap``). A fresh interpreter, so what
+    other tests imported does not count."""
     probe = (
-        "import sys, sandman_site.asgi\n"
+        "import gc, sys, sandman_site.asgi\n"
         "from django.conf import settings\n"
         "wanted = [settings.ROOT_URLCONF, 'sandboxes.apis.jobs', 'sandboxes.apis.sandboxes',\n"
         "          'sandboxes.apis.direct', 'drf_spectacular.openapi']\n"
         "print(','.join(m for m in wanted if m not in sys.modules))\n"
+        "print(gc.get_freeze_count(), len(gc.get_objects()))\n"
     )
     env = {
         **os.environ,
@@ -62,4 +64,9 @@ def test_the_asgi_app_imports_what_the_first_requests_need_when_it_is_built(tmp_
         timeout=120,
         check=True,
     )
-    assert done.stdout.strip() == "", f"not imported at start: {done.stdout.strip()}"
+    missing, counts = done.stdout.split("\n")[:2]
+    assert missing == "", f"not imported at start: {missing}"
+    # What the start built is frozen (sandman_site.heap): a full collection in a worker
+    # walks only what came after, not the ~170,000 objects of the imports.
+    frozen, tracked = map(int, counts.split())
+    assert frozen > 50_000 and tracked < frozen // 10, (frozen, tracked)

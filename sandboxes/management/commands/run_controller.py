@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sandboxes.controller import ControllerRpcServer, get_controller
 from sandman_site import startup
+from sandman_site.heap import freeze_start_up
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Command(BaseCommand):
                 return
         server = ControllerRpcServer(controller, path)
         server.start()
+        freeze_start_up()  # the start's objects out of every later full collection
         self.stdout.write(f"controller listening on {path}\n")
         self.stdout.flush()
         stop.wait()
