@@ -82,6 +82,13 @@ def job_get_for_user(*, user: Any, job_id: int) -> Job:
         raise NotFound(f"No job {job_id}.") from exc
 
 
+def job_owner_id(*, job_id: int) -> int | None:
+    """The job's owner's id, or None when there is no such job: the read behind
+    ``sandboxes.apis.access``'s job map, which applies :func:`job_list_for_user`'s rule
+    (staff see every job, anyone else their own) to it."""
+    return Job.objects.filter(pk=job_id).values_list("owner_id", flat=True).first()
+
+
 def job_counts(*, job_id: int) -> JobCounts:
     """Live, warm (ready and not handed out) and creating sandboxes of one job, one query."""
     agg = Sandbox.objects.filter(job_id=job_id).aggregate(

@@ -23,7 +23,10 @@ Invariants a reader must not break:
   (1 s) after the change, in every process. The cost: a busy token is read from the
   database once a second per process, not once a request.
 * Misses read the database in the request's own thread (``thread_sensitive``), whose
-  connection Django closes (returns to the pool) when the request ends.
+  connection Django closes (returns to the pool) when the request ends. Concurrent misses
+  of one token, or of one job, on one loop share ONE read (a burst's first requests in a
+  worker that has not seen the job yet). A job's miss reads its owner
+  (``selectors.job_owner_id``) and applies the selectors' rule to it here (``_visible``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ _MAX_ENTRIES = 100_000  # a bound, not a tuning knob: a full map is simply empti
 _tokens: dict[str, tuple[Any, float]] = {}
 _reads: dict[str, asyncio.Task[tuple[Any, Any]]] = {}  # token key -> its read under way
 _job_owner: dict[int, int] = {}
+_owner_reads: dict[int, asyncio.Task[int | None]] = {}  # job id -> its owner's read under way
 _sandbox_job: dict[int, int] = {}
 
 
@@ -96,7 +100,7 @@ async def token_user(key: str, *, clock: Any = time.monotonic) -> tuple[Any, Any
     read = _reads.get(key)
     if read is None or read.done() or read.get_loop() is not loop:
         read = _reads[key] = loop.create_task(_read_token(key, clock))
-        read.add_done_callback(functools.partial(_read_done, key))
+        read.add_done_callback(functools.partial(_read_done, _reads, key))
     return await asyncio.shield(read)
 
 
@@ -108,9 +112,9 @@ async def _read_token(key: str, clock: Any) -> tuple[Any, Any]:
     return user, token
 
 
-def _read_done(key: str, read: asyncio.Task[tuple[Any, Any]]) -> None:
-    if _reads.get(key) is read:
-        del _reads[key]
+def _read_done(reads: dict[Any, Any], key: Any, read: asyncio.Task[Any]) -> None:
+    if reads.get(key) is read:
+        del reads[key]
     if not read.cancelled():
         read.exception()  # retrieved: every waiter may have left (their cancellation)
 
@@ -137,14 +141,32 @@ def sandbox_visible_cached(*, user: Any, sandbox_id: int) -> bool | None:
 async def check_job(*, user: Any, job_id: int) -> None:
     """Return if the caller may use the job; ``NotFound`` otherwise (also for others')."""
     visible = job_visible_cached(user=user, job_id=job_id)
-    if visible is not None:
-        if visible:
-            return
+    if visible is None:
+        owner_id = await _job_owner_read(job_id)
+        visible = owner_id is not None and _visible(user, owner_id)
+    if not visible:
         raise NotFound(f"No job {job_id}.")
-    job = await sync_to_async(selectors.job_get_for_user, thread_sensitive=True)(
-        user=user, job_id=job_id
-    )
-    _put(_job_owner, job.pk, job.owner_id)
+
+
+async def _job_owner_read(job_id: int) -> int | None:
+    """The job's owner (None: no such job), read once for every concurrent miss of the
+    job on this loop (``_owner_reads``): a job created through another web worker is
+    unknown here, and its first burst's acquires would otherwise each read it, one after
+    the other in the request thread, before any of them is claimed. A caller that is
+    cancelled leaves the read to the others."""
+    loop = asyncio.get_running_loop()
+    read = _owner_reads.get(job_id)
+    if read is None or read.done() or read.get_loop() is not loop:
+        read = _owner_reads[job_id] = loop.create_task(_read_owner(job_id))
+        read.add_done_callback(functools.partial(_read_done, _owner_reads, job_id))
+    return await asyncio.shield(read)
+
+
+async def _read_owner(job_id: int) -> int | None:
+    owner_id = await sync_to_async(selectors.job_owner_id, thread_sensitive=True)(job_id=job_id)
+    if owner_id is not None:
+        _put(_job_owner, job_id, owner_id)
+    return owner_id
 
 
 async def check_sandbox(*, user: Any, sandbox_id: int) -> None:

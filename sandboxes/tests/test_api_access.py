@@ -146,3 +146,75 @@ def test_a_caller_that_leaves_does_not_take_the_shared_read_with_it(
     assert gated_read.calls == 1
     cached = access.cached_token_user(key)
     assert cached is not None and cached.pk == user.pk
+
+
+class _GatedOwnerRead:
+    """``selectors.job_owner_id`` counted, its first call held until ``release`` is set."""
+
+    def __init__(self) -> None:
+        from sandboxes import selectors
+
+        self.real = selectors.job_owner_id
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, *, job_id: int) -> int | None:
+        self.calls += 1
+        self.entered.set()
+        assert self.release.wait(timeout=30), "the test never released the read"
+        return self.real(job_id=job_id)
+
+
+def test_concurrent_misses_of_one_job_share_one_read_and_each_caller_gets_its_own_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job created through another web worker is unknown here (its signal was that
+    process's), and the first burst of its acquires all miss at once: they share ONE read
+    of its owner, and the selectors' rule then answers each caller (the owner and staff
+    may use it; another user gets the same ``NotFound`` as for a job that does not exist).
+    Before, each caller read the job in turn in the request thread."""
+    from sandboxes import selectors
+    from sandboxes.tests.controller_support import make_job
+    from sandman_site.errors import NotFound
+
+    job = make_job()
+    owner = job.owner
+    stranger, _ = make_user("stranger")
+    staff, _ = make_user("staff", staff=True)
+    gate = _GatedOwnerRead()
+    monkeypatch.setattr(selectors, "job_owner_id", gate)
+    access.clear()  # as in a worker that did not create the job
+
+    async def burst() -> list[object]:
+        callers = [
+            asyncio.create_task(access.check_job(user=user, job_id=job.pk))
+            for user in [owner] * 6 + [stranger, staff]
+        ]
+        assert await asyncio.to_thread(gate.entered.wait, 30)
+        gate.release.set()
+        return await asyncio.gather(*callers, return_exceptions=True)
+
+    answers = async_to_sync(burst)()
+    assert gate.calls == 1
+    assert answers[:6] == [None] * 6 and answers[7] is None
+    assert isinstance(answers[6], NotFound) and str(answers[6]) == f"No job {job.pk}."
+    assert access.job_visible_cached(user=owner, job_id=job.pk) is True  # remembered
+
+    # A job that does not exist: NotFound for every caller, still one read.
+    gate.calls, gate.release = 0, threading.Event()
+    gate.entered.clear()
+    missing = job.pk + 1000
+
+    async def nobody() -> list[object]:
+        callers = [
+            asyncio.create_task(access.check_job(user=owner, job_id=missing)) for _ in range(4)
+        ]
+        assert await asyncio.to_thread(gate.entered.wait, 30)
+        gate.release.set()
+        return await asyncio.gather(*callers, return_exceptions=True)
+
+    gone = async_to_sync(nobody)()
+    assert gate.calls == 1
+    assert all(isinstance(a, NotFound) for a in gone), gone
+    assert access.job_visible_cached(user=owner, job_id=missing) is None
