@@ -34,15 +34,17 @@ async def lifespan(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
-            try:
-                await direct.warm()
-            except Exception:  # noqa: BLE001 - the worker serves without it
-                log.exception("the direct hand-out's pool did not open at start")
+            await _logged(direct.warm(), "the direct hand-out's pool did not open at start")
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            try:
-                await direct.close()
-            except Exception:  # noqa: BLE001 - the worker ends either way
-                log.exception("the direct hand-out's pool did not close at shutdown")
+            await _logged(direct.close(), "the direct hand-out's pool did not close at shutdown")
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def _logged(step: Awaitable[Any], failed: str) -> None:
+    """Run a step the worker does not need to serve (or to end): a failure is logged."""
+    try:
+        await step
+    except Exception:  # noqa: BLE001 - the worker goes on either way
+        log.exception(failed)

@@ -10,9 +10,10 @@ Races are held at gates (a claimant's health check blocked on an event), never t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -316,6 +317,23 @@ def claim_with(record: dict[str, Any], healthy: Callable[[OfferedPod], Any]) -> 
             )
 
     return async_to_sync(one)()
+
+
+@contextlib.asynccontextmanager
+async def traced_connection(path: Any) -> AsyncIterator[Any]:
+    """A new autocommit connection whose libpq protocol trace (``PQtrace``, no
+    timestamps) goes to ``path`` while the block runs."""
+    import psycopg
+    from psycopg import pq
+
+    async with await psycopg.AsyncConnection.connect(database_conninfo(), autocommit=True) as conn:
+        with path.open("w") as sink:
+            conn.pgconn.trace(sink.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            try:
+                yield conn
+            finally:
+                conn.pgconn.untrace()  # flushes libpq's stream
 
 
 def round_trips(trace: str) -> int:
@@ -1058,8 +1076,6 @@ def test_releases_sent_together_each_get_their_own_answer_in_two_round_trips(
     """Two claimed sandboxes released in one batch with a second release of the first and
     an id that does not exist: released, ``already_released`` (as if sent after the
     first), not found, released; one lock, one ``COMMIT``; the controller deletes both."""
-    import psycopg
-    from psycopg import pq
 
     from sandboxes.services.offers import sandbox_release_direct_many
     from sandman_site.errors import AlreadyReleased, NotFound
@@ -1076,18 +1092,10 @@ def test_releases_sent_together_each_get_their_own_answer_in_two_round_trips(
     path = tmp_path / "release.trace"
 
     async def one() -> list[Any]:
-        async with await psycopg.AsyncConnection.connect(
-            database_conninfo(), autocommit=True
-        ) as conn:
-            with path.open("w") as sink:
-                conn.pgconn.trace(sink.fileno())
-                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
-                try:
-                    return await sandbox_release_direct_many(
-                        conn=conn, sandbox_ids=[first, first, missing, second], now=timezone.now()
-                    )
-                finally:
-                    conn.pgconn.untrace()
+        async with traced_connection(path) as conn:
+            return await sandbox_release_direct_many(
+                conn=conn, sandbox_ids=[first, first, missing, second], now=timezone.now()
+            )
 
     answers = async_to_sync(one)()
 
@@ -1204,8 +1212,6 @@ def test_a_new_claim_connection_plans_every_relation_a_keyed_claim_and_release_n
     the pool hands it to a claim (a new session's first plan of a statement costs it the
     catalog reads: https://www.postgresql.org/docs/15/sql-explain.html plans without
     running). Nothing is written by it."""
-    import psycopg
-    from psycopg import pq
 
     from sandboxes.models import IdempotentCall
     from sandboxes.services.offers import KeyedClaim, sandbox_release_direct_many, warm_connection
@@ -1222,18 +1228,9 @@ def test_a_new_claim_connection_plans_every_relation_a_keyed_claim_and_release_n
     assert claimed is not None and not isinstance(claimed, Exception)
 
     async def traced(name: str, call: Callable[[Any], Any]) -> str:
-        path = tmp_path / name
-        async with await psycopg.AsyncConnection.connect(
-            database_conninfo(), autocommit=True
-        ) as conn:
-            with path.open("w") as sink:
-                conn.pgconn.trace(sink.fileno())
-                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
-                try:
-                    await call(conn)
-                finally:
-                    conn.pgconn.untrace()
-        return path.read_text()
+        async with traced_connection(tmp_path / name) as conn:
+            await call(conn)
+        return (tmp_path / name).read_text()
 
     async def release(conn: Any) -> None:
         (refused,) = await sandbox_release_direct_many(
