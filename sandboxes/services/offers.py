@@ -308,9 +308,7 @@ async def _claim_once(
         # A key not taken has a history (or a call that took it first); one with an
         # earlier hand-out is a resend whose answer a restart cut (§7's recovery).
         seen = {i for i, key in keys.items() if key not in taken or key in earlier}
-        # One key twice in a batch (a process's run_once lets only one call of a key run,
-        # so never from one worker): the first call holds it, the others are resends.
-        seen |= {i for i, key in keys.items() if min(j for j in keys if keys[j] == key) != i}
+        seen |= _resends(keys)
         rows = [
             Sandbox(**dict(zip(_CLAIM_COLUMNS, one, strict=True)), state=SandboxState.READY)
             for one in found
@@ -372,6 +370,17 @@ async def _claim_once(
     answers.update({i: KeySeen(keys[i]) for i in seen})
     unserved = [i for i in takers if i not in served]
     return answers, unserved[: len(failed)]
+
+
+def _resends(keys: dict[int, Any]) -> set[int]:
+    """The calls of a batch (index -> key) whose key an earlier call of the batch holds:
+    resends, answered ``KeySeen`` (a process's ``run_once`` lets only one call of a key
+    run, so never from one worker; the first call holds the key, and only it may answer
+    or give back its placeholder)."""
+    first: dict[Any, int] = {}
+    for i in sorted(keys):
+        first.setdefault(keys[i], i)
+    return {i for i, key in keys.items() if first[key] != i}
 
 
 # What a claim reads of the row: the pod's identity and what the dashboards' message names.
@@ -566,9 +575,11 @@ async def _release_direct(
         moves: list[SandboxMove] = []
         released: set[int] = set()
         again: list[int] = []  # indices of a second release of a row released here
+        resent = _resends({i: (sandbox_ids[i], key) for i, key in keys.items()})
         for i, sandbox_id in enumerate(sandbox_ids):
-            if i in keys and (sandbox_id, keys[i]) not in taken:
-                out.append(KeySeen(keys[i]))  # a recorded answer, or a call took the key
+            if i in keys and ((sandbox_id, keys[i]) not in taken or i in resent):
+                # A recorded answer, a call took the key, or an earlier call of this batch.
+                out.append(KeySeen(keys[i]))
                 continue
             row = rows.get(sandbox_id)
             if row is not None and row.pk in released:
@@ -620,7 +631,7 @@ async def _release_direct(
         dropped = [
             taken[(sandbox_ids[i], key)]
             for i, key in keys.items()
-            if (sandbox_ids[i], key) in taken and out[i] is not None
+            if (sandbox_ids[i], key) in taken and out[i] is not None and i not in resent
         ]
         if answered:
             statements.append(idempotent_calls_answer(answers=answered))

@@ -1188,6 +1188,37 @@ def test_keyed_claims_in_one_batch_each_hold_their_key_and_one_key_twice_is_clai
     assert Sandbox.objects.get(pk=left).offered_at is not None
 
 
+def test_one_release_key_twice_in_a_batch_is_released_once_and_its_answer_kept(
+    direct_controller: Controller, tmp_path: Any
+) -> None:
+    """As for claims: the first release of a key in a batch holds it and is released; a
+    later one with the same sandbox and key is a resend (``KeySeen``: the caller replays
+    the recorded answer), and the first one's answer is committed, not given back."""
+    from sandboxes.models import IdempotentCall
+    from sandboxes.services.offers import KeySeen, sandbox_release_direct_many
+
+    job = make_job(warm_per_key=0)
+    prewarm(direct_controller, job.pk, 1)
+    (claimed,), _ = claim_many_with([claim_record(job.pk)], _healthy)
+    sandbox_id = claimed.pod.sandbox_id
+
+    async def one() -> list[Any]:
+        async with traced_connection(tmp_path / "release.trace") as conn:
+            return await sandbox_release_direct_many(
+                conn=conn,
+                sandbox_ids=[sandbox_id, sandbox_id],
+                now=timezone.now(),
+                keys=[("r-1", {"released": 1}), ("r-1", {"released": 2})],
+            )
+
+    first, second = async_to_sync(one)()
+
+    assert first is None
+    assert isinstance(second, KeySeen) and second.args == ("r-1",)
+    call = IdempotentCall.objects.get(route="release", scope=sandbox_id, key="r-1")
+    assert call.answer == {"released": 1}
+
+
 # --- a new connection of the claim pool: planned before a burst meets it -----------------------
 
 
