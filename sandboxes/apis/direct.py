@@ -7,13 +7,13 @@ event loop, on an async psycopg connection of the loop's own pool (no thread, no
 I/O), for itself and the claims of its job and key that wait with it
 (``sandboxes.apis.batches``: group commit): the oldest offered pods of the job's key
 locked with ``SKIP LOCKED`` and the calls' keys taken, each pod's execd ``/health`` (a
-new connection each, none kept), then the hand-outs, their events, their finished
-acquisitions, their keys' answers and the notifications to the controller, pipelined with
-the ``COMMIT``. None when no offered pod is healthy: the caller then asks the controller,
-as without it. ``release`` writes a release without a verdict the same way, with the
-releases that wait with it (the rows locked, the controller's refusals and release plan,
-the ``PendingDelete`` and a notification with the delete's order, pipelined with the
-``COMMIT``).
+new connection each, none kept: ``sandboxes.execd_probe``), then the hand-outs, their
+events, their finished acquisitions, their keys' answers and the notifications to the
+controller, pipelined with the ``COMMIT``. None when no offered pod is healthy: the
+caller then asks the controller, as without it. ``release`` writes a release without a
+verdict the same way, with the releases that wait with it (the rows locked, the
+controller's refusals and release plan, the ``PendingDelete`` and a notification with
+the delete's order, pipelined with the ``COMMIT``).
 
 Rules a reader must not break:
 * Only a rollout acquire claims (a grading acquire may need the controller's image-pin
@@ -41,7 +41,7 @@ from sandboxes.apis.batches import Batches
 from sandboxes.controller.acquire import AcquireRequest
 from sandboxes.controller.offers import direct_handout_enabled
 from sandboxes.controller.runtime import AcquireResult
-from sandboxes.providers.local.health import ExecdHealth
+from sandboxes.execd_probe import HealthProbe
 from sandboxes.services.offers import (
     Claimed,
     KeyedClaim,
@@ -155,7 +155,7 @@ class _Handles:
     def __init__(self) -> None:
         self._pool: Any = None
         # One check per pod per claim: nothing to keep a connection for.
-        self._health = ExecdHealth(HEALTH_TIMEOUT_S, keep_connections=False)
+        self._health = HealthProbe(HEALTH_TIMEOUT_S)
         self.claims: Batches[_ClaimCall, Claimed | KeySeen | None] = Batches(self._claim_many)
         self.releases: Batches[_ReleaseCall, SandmanError | KeySeen | None] = Batches(
             self._release_many

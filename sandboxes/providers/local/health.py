@@ -33,9 +33,9 @@ class ExecdHealth:
     ``keep_connections`` is off)."""
 
     def __init__(self, timeout_s: float, *, keep_connections: bool = True) -> None:
-        """``keep_connections=False`` for a caller that checks each sandbox once (a web
-        worker's claim): its connection is closed after the check instead of holding a
-        socket here, and an execd thread in the sandbox, for nothing."""
+        """``keep_connections=False``: each check's connection is closed after it (a caller
+        that checks each sandbox once; the web workers' claims use the lighter
+        ``sandboxes.execd_probe`` for that, and ``bench/local_connect.py`` compares)."""
         self._timeout_s = timeout_s
         self._session = SharedSession() if keep_connections else SharedSession(keepalive_s=None)
 
