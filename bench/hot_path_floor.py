@@ -24,7 +24,7 @@ phase's start is recorded.
 
 Results: ``bench/results/hot_path_floor.json`` (``--out``).
 Usage: ``python scripts/with_postgres.py -- python bench/hot_path_floor.py
-[--clients 64] [--rounds 10] [--serial 300] [--no-sandman]``
+[--clients 64] [--rounds 10] [--serial 300] [--serial-gaps-ms 10,50] [--no-sandman]``
 """
 
 from __future__ import annotations
@@ -162,9 +162,14 @@ async def wait_listening(base: str, deadline_s: float = 30.0) -> None:
                 await asyncio.sleep(0.05)  # polling a starting server's port
 
 
-async def load(base: str, token: str, clients: int, rounds: int, serial: int) -> dict[str, Any]:
+async def load(
+    base: str, token: str, clients: int, rounds: int, serial: int, gaps_ms: list[float]
+) -> dict[str, Any]:
     """Rounds of CLIENTS concurrent acquire+release pairs, then SERIAL pairs of one client,
-    as ``bench/acquire_latency.py`` runs them (pairs/s over the wall time inside the bursts)."""
+    as ``bench/acquire_latency.py`` runs them (pairs/s over the wall time inside the bursts);
+    then SERIAL pairs again for each idle gap of ``gaps_ms`` before each pair (the serial
+    phase of ``acquire_latency.py`` waits for the pool to refill before each pair, so the
+    processes an acquire wakes have been idle)."""
     headers = {"Authorization": f"Token {token}"}
     connector = aiohttp.TCPConnector(limit=clients * 2, keepalive_timeout=2.0)
     acquire_body = {"image": IMAGE, "spec": SPEC, "role": "rollout", "timeout_s": 60}
@@ -203,6 +208,14 @@ async def load(base: str, token: str, clients: int, rounds: int, serial: int) ->
         serial_r: list[float] = []
         for _ in range(serial):
             await pair(serial_a, serial_r)
+        by_gap: dict[str, Any] = {}
+        for gap in gaps_ms:
+            gap_a: list[float] = []
+            gap_r: list[float] = []
+            for _ in range(serial):
+                await asyncio.sleep(gap / 1000)  # idle: what is measured, not a synchronisation
+                await pair(gap_a, gap_r)
+            by_gap[f"{gap:g}"] = {"acquire_ms": summary(gap_a), "release_ms": summary(gap_r)}
     return {
         "concurrent": {
             "acquire_ms": summary(acquires),
@@ -214,9 +227,51 @@ async def load(base: str, token: str, clients: int, rounds: int, serial: int) ->
             "load_generator_cpu_s": round(client, 3),
         },
         "serial": {"acquire_ms": summary(serial_a), "release_ms": summary(serial_r)},
+        "serial_after_idle_gap_ms": by_gap,
         "error_count": len(errors),
         "errors": errors[:10],
     }
+
+
+_ECHO = """
+import socket, sys
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+conn, _ = server.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while data := conn.recv(64):
+    conn.sendall(data)
+"""
+
+
+def idle_wake(gaps_ms: list[float], samples: int = 200) -> dict[str, Any]:
+    """One loopback round trip to a process that only echoes (a bare Python socket loop, no
+    HTTP, no threads), p50 in ms, back to back and after each idle gap: what waking an idle
+    process costs on this machine, apart from anything the service does. An acquire of
+    one client crosses processes several times (client, web worker, PostgreSQL, execd)."""
+    echo = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE)
+    try:
+        assert echo.stdout is not None
+        port = int(echo.stdout.readline())
+        import socket as socket_
+
+        with socket_.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket_.IPPROTO_TCP, socket_.TCP_NODELAY, 1)
+            out: dict[str, Any] = {}
+            for gap in [0.0, *gaps_ms]:
+                rtts: list[float] = []
+                for _ in range(samples):
+                    if gap:
+                        time.sleep(gap / 1000)
+                    t = time.perf_counter()
+                    sock.sendall(b"x")
+                    sock.recv(64)
+                    rtts.append((time.perf_counter() - t) * 1000)
+                out[f"{gap:g}"] = summary(rtts)
+            return {"what": idle_wake.__doc__.split("\n\n")[0].replace("\n", " "), "rtt_ms": out}
+    finally:
+        echo.kill()
+        echo.wait()
 
 
 def headline(run: dict[str, Any]) -> dict[str, Any]:
@@ -244,12 +299,18 @@ def main() -> int:
     parser.add_argument("--serial", type=int, default=300)
     parser.add_argument("--modes", default="http,pg,pg_health")
     parser.add_argument("--no-sandman", action="store_true", help="skip Sandman's own run")
+    parser.add_argument(
+        "--serial-gaps-ms",
+        default="",
+        help="comma-separated idle gaps (ms) before each serial pair, measured after the rest",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         sys.exit("run under scripts/with_postgres.py: DATABASE_URL must name PostgreSQL")
 
+    gaps_ms = [float(g) for g in args.serial_gaps_ms.split(",") if g.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="sandman-floor-"))
     token = secrets.token_hex(20)
     execd, execd_url = start_execd(tmp)
@@ -265,7 +326,9 @@ def main() -> int:
                     base = f"http://127.0.0.1:{port}"
                     asyncio.run(wait_listening(base))
                     load_at_start = list(os.getloadavg())
-                    result = asyncio.run(load(base, token, args.clients, args.rounds, args.serial))
+                    result = asyncio.run(
+                        load(base, token, args.clients, args.rounds, args.serial, gaps_ms)
+                    )
                 finally:
                     server.send_signal(signal.SIGINT)
                     server.wait(timeout=30)
@@ -293,6 +356,8 @@ def main() -> int:
         "clients": args.clients,
         "rounds": args.rounds,
         "serial": args.serial,
+        "serial_gaps_ms": gaps_ms,
+        "idle_wake": idle_wake(gaps_ms),
         "targets": TARGETS,
         "summary": {
             **{mode: headline(run) for mode, run in floors.items()},
