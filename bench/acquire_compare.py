@@ -5,6 +5,8 @@ Runs the REST acquire bench (split processes, production settings; run it under
 ``scripts/with_postgres.py`` for PostgreSQL) ``--rounds`` times from a ``git archive`` of
 ``--baseline`` and from this tree, one after the other, so both see the same machine and
 load; the baseline runs THIS tree's ``bench/acquire_latency.py`` (the same measurement).
+Each run starts once the host has gone quiet (``hostquiet.settle``: under 0.15 busy cores
+over 2 s, at most 180 s; what was seen is under ``host_before_run``).
 Each run is stored whole under ``runs``; ``summary`` gives per tree the range of the
 headline figures beside issue 13's targets.
 
@@ -29,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import baseline_tree  # noqa: E402
+import hostquiet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = {
@@ -50,12 +53,13 @@ def figure(run: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def run_once(tree: Path, tag: str, tmp: Path, flags: list[str]) -> dict[str, Any]:
+    quiet = hostquiet.settle()  # the run before it has torn down its sandboxes
     out = tmp / f"{tag}-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "bench/acquire_latency.py", "--out", str(out), *flags]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     (run,) = json.loads(out.read_text())["runs"].values()
-    return {"tree": tag, **run}
+    return {"tree": tag, "host_before_run": quiet, **run}
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import baseline_tree  # noqa: E402
+import hostquiet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -44,6 +45,7 @@ def run_once(tree: Path, out_dir: Path, tag: str, args: argparse.Namespace) -> d
         str(args.rate), "--nodes", str(args.nodes), "--hold-s", "0", "--name", name,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    quiet = hostquiet.settle()  # the run before it has torn down its pods and rows
     load = os.getloadavg()
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     produced = tree / "bench" / "results" / f"{name}.json"
@@ -56,9 +58,11 @@ def run_once(tree: Path, out_dir: Path, tag: str, args: argparse.Namespace) -> d
         "controller_cpu_s_by_thread", "standin_cpu_s", "write_batches", "burst_wall_s",
         "drain_s", "drain_cpu_ms_per_sandbox", "drain_cpu_s_by_thread",
     )  # fmt: skip
-    return {"tree": tag, "loadavg_at_start": [round(x, 2) for x in load]} | {
-        k: step[k] for k in keep if k in step
-    }
+    return {
+        "tree": tag,
+        "host_before_run": quiet,
+        "loadavg_at_start": [round(x, 2) for x in load],
+    } | {k: step[k] for k in keep if k in step}
 
 
 def main() -> None:

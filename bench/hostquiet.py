@@ -1,0 +1,42 @@
+"""Wait for the host to go quiet before a measured run: the run before it (its sandboxes'
+teardown, their cgroups, the kernel's deferred work) must not be measured as this one's.
+
+Alternating benches (``acquire_compare.py``, ``cpu_per_create.py``) started each run as soon
+as the one before returned, while the one before was still tearing down hundreds of local
+sandboxes: their loads at the starts were 15-27 on 2 cores, and the same tree's pairs/s
+ranged 337-526 within one invocation (``bench/results/acquire_compare_health_probe*.json``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def host_busy_s() -> float:
+    """CPU seconds the whole host has been busy, from /proc/stat (as ``acquire_latency``)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(
+    *, busy_cores_below: float = 0.15, window_s: float = 2.0, max_s: float = 180.0
+) -> dict[str, Any]:
+    """Return once the host's busy CPU over ``window_s`` is below ``busy_cores_below`` cores,
+    or after ``max_s``; what was seen, for the run's record."""
+    start = time.monotonic()
+    while True:
+        before = host_busy_s()
+        time.sleep(window_s)  # a measurement window, not a synchronisation
+        busy = (host_busy_s() - before) / window_s
+        waited = time.monotonic() - start
+        if busy < busy_cores_below or waited >= max_s:
+            return {
+                "settled": busy < busy_cores_below,
+                "waited_s": round(waited, 1),
+                "busy_cores_last_window": round(busy, 3),
+                "busy_cores_below": busy_cores_below,
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            }
