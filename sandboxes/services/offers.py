@@ -55,6 +55,7 @@ from sandboxes.services.moves import SandboxMove, hand_out_move
 from sandboxes.services.rawinsert import (
     Statements,
     array_casts,
+    binary_arrays,
     insert_values,
     prepared_values,
     quoted_column,
@@ -493,10 +494,11 @@ async def pipelined_transaction(conn: Any) -> AsyncIterator[None]:
 
 async def _queue(conn: Any, statements: list[tuple[str, Sequence[Any]]]) -> Any:
     """Queue ``statements`` on ``conn``'s pipeline (sent with its next sync: the COMMIT at
-    the block's end); the last one's cursor, whose rows arrive with that sync."""
+    the block's end), their column arrays in binary (``rawinsert.binary_arrays``); the
+    last one's cursor, whose rows arrive with that sync."""
     cur = None
     for sql, params in statements:
-        cur = await conn.execute(sql, params)
+        cur = await conn.execute(binary_arrays(sql), params)
     return cur
 
 
@@ -559,7 +561,7 @@ async def _release_direct(
         if keys:
             calls = [(sandbox_ids[i], key) for i, key in keys.items()]
             held = await conn.execute(*idempotent_calls_hold(route="release", calls=calls, now=now))
-        cur = await conn.execute(_RELEASE_LOCK, [sorted(set(sandbox_ids))])
+        cur = await conn.execute(binary_arrays(_RELEASE_LOCK), [sorted(set(sandbox_ids))])
         found = await cur.fetchall()  # the keys' answers came back with it
         # (sandbox, key) -> its placeholder's id, for the keys this transaction took
         taken = (

@@ -23,6 +23,7 @@ back go as ONE execute (:class:`Statements`), one round trip for them all.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -310,6 +311,35 @@ def member_of(
     if connection.vendor == "postgresql":
         return f"{column} = ANY(%s)", [list(values)]
     return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+
+# ``array_casts``' and ``member_of``'s placeholders, exactly as they write them.
+_ARRAY_PLACEHOLDER = re.compile(r"\(%s\)::([a-z][a-z ]*)\[\]")
+_ANY_PLACEHOLDER = "= ANY(%s)"
+_BINARY_MAX = 4096  # distinct statement texts remembered (a process writes a few dozen)
+_binary_texts: dict[str, str] = {}
+
+
+def binary_arrays(sql: str) -> str:
+    """``sql`` with the array parameters that :func:`array_casts` and :func:`member_of`
+    wrote (``(%s)::<type>[]``, ``= ANY(%s)``) sent in psycopg's binary format (``%b``);
+    nothing else changes. For a connection that binds parameters on the server (the
+    direct hand-out's async connections); Django's cursor binds them on the client, which
+    has no binary parameters, so the controller's statements keep ``%s``.
+
+    Why: psycopg's text dumper of a list quotes every element in Python (a regular
+    expression per string); its binary one packs what the C dumpers of its elements give.
+    A statement of seven column arrays took 54 / 142 / 429 µs to convert with 1 / 8 / 32
+    rows, and 46 / 77 / 162 µs in binary (``/tmp`` experiment, 2,000 conversions each); in
+    a profile of the 64-client bench the text dumper was 41 % of the CPU the web workers
+    spent queueing the claims' and releases' statements. Both placeholders always carry a
+    list (``ANY`` needs an array; psycopg adapts a list, never a tuple, as one)."""
+    out = _binary_texts.get(sql)
+    if out is None:
+        out = _ARRAY_PLACEHOLDER.sub(r"(%b)::\1[]", sql).replace(_ANY_PLACEHOLDER, "= ANY(%b)")
+        if len(_binary_texts) < _BINARY_MAX:
+            _binary_texts[sql] = out
+    return out
 
 
 def quoted_column(model: type[Model], name: str) -> str:
