@@ -38,6 +38,7 @@ from sandboxes.services.moves import (
     handle_move,
     ready_move,
 )
+from sandboxes.tests.batch_support import sandbox_requests
 from sandman_site.errors import AlreadyReleased, InvalidTransition, NotFound, ProviderError
 
 pytestmark = pytest.mark.django_db
@@ -52,21 +53,7 @@ def job() -> Job:
 
 
 def _requests(job: Job, n: int) -> list[SandboxRequest]:
-    return [
-        SandboxRequest(
-            job_id=job.pk,
-            role="rollout",
-            image="sandman/empty",
-            base_commit=None,
-            cpu_millis=500,
-            memory_bytes=2**28,
-            workspace_bytes=None,
-            key_hash="k" * 16,
-            backend="local",
-            now=T0,
-        )
-        for _ in range(n)
-    ]
+    return sandbox_requests(job, n, now=T0)
 
 
 def _ready(sandbox_id: int) -> object:

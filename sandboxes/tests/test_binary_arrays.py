@@ -15,7 +15,7 @@ from django.db import connection
 
 from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
 from sandboxes.services import job_create
-from sandboxes.services.batch import SandboxRequest, insert_events, sandbox_request_many
+from sandboxes.services.batch import insert_events, sandbox_request_many
 from sandboxes.services.offers import _queue, database_conninfo, pipelined_transaction
 from sandboxes.services.rawinsert import (
     Statements,
@@ -25,6 +25,7 @@ from sandboxes.services.rawinsert import (
     prepared_values,
     update_rows,
 )
+from sandboxes.tests.batch_support import sandbox_requests
 
 T0 = dt.datetime(2026, 12, 6, 21, 0, 0, 123456, tzinfo=dt.UTC)
 # Text a quoting bug would change: array syntax, quotes, backslashes, NUL-free control
@@ -51,22 +52,8 @@ def test_only_the_array_placeholders_become_binary() -> None:
 
 
 def _sandboxes(job: Job, n: int) -> list[int]:
-    requests = [
-        SandboxRequest(
-            job_id=job.pk,
-            role="rollout",
-            image="sandman/empty",
-            base_commit=None,
-            cpu_millis=500,
-            memory_bytes=2**28,
-            workspace_bytes=None,
-            key_hash="k" * 16,
-            backend="local",
-            now=T0,
-        )
-        for _ in range(n)
-    ]
-    return [row.pk for row in sandbox_request_many(requests=requests)]  # type: ignore[union-attr]
+    rows = sandbox_request_many(requests=sandbox_requests(job, n, now=T0))
+    return [row.pk for row in rows]  # type: ignore[union-attr]
 
 
 def _statements(job: Job, ids: list[int], tag: str) -> list[tuple[str, Any]]:

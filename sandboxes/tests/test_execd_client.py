@@ -8,8 +8,6 @@ import hashlib
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 
 from execd.protocol import StateRequest
-from execd.tests.helpers import REPO_ROOT, TOKEN, Execd
+from execd.tests.helpers import TOKEN, Execd
 from sandboxes.execd_client import (
     ExecdBadAnswer,
     ExecdClient,
@@ -27,32 +25,15 @@ from sandboxes.execd_client import (
     ExecdUnavailable,
     new_session,
 )
+from sandboxes.tests.execd_support import running_execd
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
 def execd(tmp_path: Path) -> Iterator[Execd]:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    argv = [sys.executable, "-m", "execd", "--port", "0", "--token-file", str(token_file)]
-    argv += ["--workspace", str(ws), "--run-dir", str(tmp_path / "run"), "--kill-grace", "0.3"]
-    argv += ["--probe-egress-target", "127.0.0.1:9", "--probe-egress-timeout", "0.2"]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
-        cwd=str(tmp_path),
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    assert line.startswith("listening on "), line
-    daemon = Execd(proc, int(line.rsplit(":", 1)[1]), str(ws), str(tmp_path / "run"))
-    yield daemon
-    assert daemon.stop() == 0
+    with running_execd(tmp_path) as daemon:
+        yield daemon
 
 
 def address(daemon: Execd) -> str:

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +14,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from execd.tests.helpers import REPO_ROOT, TOKEN, Execd
+from execd.tests.helpers import TOKEN, Execd
 from sandboxes.execd_probe import MAX_BODY, HealthProbe
 from sandboxes.providers.local.health import ExecdHealth
+from sandboxes.tests.execd_support import running_execd
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -28,26 +26,8 @@ FULL = {"ok": True, "version": "test", "shell_alive": True}  # execd's declared 
 
 @pytest.fixture
 def execd(tmp_path: Path) -> Iterator[Execd]:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    argv = [sys.executable, "-m", "execd", "--port", "0", "--token-file", str(token_file)]
-    argv += ["--workspace", str(ws), "--run-dir", str(tmp_path / "run"), "--kill-grace", "0.3"]
-    argv += ["--probe-egress-target", "127.0.0.1:9", "--probe-egress-timeout", "0.2"]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
-        cwd=str(tmp_path),
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    assert line.startswith("listening on "), line
-    daemon = Execd(proc, int(line.rsplit(":", 1)[1]), str(ws), str(tmp_path / "run"))
-    yield daemon
-    assert daemon.stop() == 0
+    with running_execd(tmp_path) as daemon:
+        yield daemon
 
 
 async def test_real_execd_with_its_token_without_one_and_with_a_wrong_one(execd: Execd) -> None:
