@@ -823,9 +823,16 @@ async def test_a_direct_claim_on_a_connection_the_server_dropped_is_a_503_and_th
     try:
         status, _, first = await post(fast, acquire, token, body)
         assert status == 200 and first["sandbox_id"] in offered, first  # the pool is open
+        # Every connection the pool opens at its start is in it (psycopg_pool's ``wait``),
+        # and each terminated backend has exited before the next claim (with a timeout,
+        # ``pg_terminate_backend`` is true only then: PostgreSQL 14+, "Server Signaling
+        # Functions"). Without both, a connection still being opened when the backends
+        # were ended joined the pool after the check that follows the first failure, and
+        # the next claim met it dead (a 503 where a 200 was due, on a loaded machine).
+        await (await direct._handles().pool()).wait(timeout=30)
         with psycopg.connect(database_conninfo(), autocommit=True) as admin:
             ended = admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity"
                 " WHERE application_name = %s",
                 [direct.APPLICATION_NAME],
             ).fetchall()
