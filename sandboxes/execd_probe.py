@@ -16,7 +16,9 @@ controller keeps for its kept connections; the tests run both over the same answ
 * A check answers True or False and never raises: a refused connect, a timeout, an answer
   that is not HTTP, a status other than 200, a body past ``MAX_BODY`` or of a shape
   ``execd.protocol`` does not declare is False; only a declared ``{ok, version,
-  shell_alive}`` with ``ok`` true is True.
+  shell_alive}`` with ``ok`` true is True. An answer whose end only its connection's close
+  would tell (neither ``Content-Length`` nor chunked) is False too: execd always sends
+  ``Content-Length``, and the parser cannot be told that a close ended a message.
 * The whole check (connect, request, answer) is bounded by ``timeout_s``, and its
   connection is closed when the check ends, whatever the answer (``Connection: close``
   is asked for too, so execd ends its thread for it).
