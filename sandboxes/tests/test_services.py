@@ -30,6 +30,7 @@ from sandboxes.services import (
     sandbox_request,
     sandbox_transition,
 )
+from sandboxes.tests.batch_support import TINY_REQUEST
 from sandman_site.errors import AlreadyReleased, InvalidInput, InvalidTransition
 
 pytestmark = pytest.mark.django_db
@@ -48,18 +49,7 @@ def job() -> Job:
 
 
 def requested(job: Job) -> Sandbox:
-    return sandbox_request(
-        job_id=job.pk,
-        role="rollout",
-        image="sandman/empty",
-        base_commit=None,
-        cpu_millis=500,
-        memory_bytes=2**28,
-        workspace_bytes=None,
-        key_hash="k" * 16,
-        backend="local",
-        now=T0,
-    )
+    return sandbox_request(job_id=job.pk, now=T0, **TINY_REQUEST)  # type: ignore[arg-type]
 
 
 def ready(job: Job) -> Sandbox:
