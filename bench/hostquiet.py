@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
-
-def host_busy_s() -> float:
-    """CPU seconds the whole host has been busy, from /proc/stat (as ``acquire_latency``)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+from acquire_latency import host_busy_s  # the same /proc/stat reading the benches record
 
 
 def settle(

@@ -36,6 +36,7 @@ import os
 import platform
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -253,16 +254,14 @@ def idle_wake(gaps_ms: list[float], samples: int = 200) -> dict[str, Any]:
     try:
         assert echo.stdout is not None
         port = int(echo.stdout.readline())
-        import socket as socket_
-
-        with socket_.create_connection(("127.0.0.1", port)) as sock:
-            sock.setsockopt(socket_.IPPROTO_TCP, socket_.TCP_NODELAY, 1)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             out: dict[str, Any] = {}
             for gap in [0.0, *gaps_ms]:
                 rtts: list[float] = []
                 for _ in range(samples):
                     if gap:
-                        time.sleep(gap / 1000)
+                        time.sleep(gap / 1000)  # idle: what is measured, not a synchronisation
                     t = time.perf_counter()
                     sock.sendall(b"x")
                     sock.recv(64)
