@@ -56,7 +56,6 @@ from sandboxes.services.rawinsert import (
     Statements,
     array_casts,
     binary_arrays,
-    fold_writes,
     insert_values,
     prepared_values,
     quoted_column,
@@ -495,13 +494,10 @@ async def pipelined_transaction(conn: Any) -> AsyncIterator[None]:
 
 async def _queue(conn: Any, statements: list[tuple[str, Sequence[Any]]]) -> Any:
     """Queue ``statements`` on ``conn``'s pipeline (sent with its next sync: the COMMIT at
-    the block's end), each run of writes folded into one statement
-    (``rawinsert.fold_writes``: the claim's and the release's writes touch each row once
-    and read nothing they write), their column arrays in binary
-    (``rawinsert.binary_arrays``); the last one's cursor, whose rows arrive with that
-    sync."""
+    the block's end), their column arrays in binary (``rawinsert.binary_arrays``); the
+    last one's cursor, whose rows arrive with that sync."""
     cur = None
-    for sql, params in fold_writes(statements):
+    for sql, params in statements:
         cur = await conn.execute(binary_arrays(sql), params)
     return cur
 

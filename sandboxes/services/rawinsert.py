@@ -342,58 +342,6 @@ def binary_arrays(sql: str) -> str:
     return out
 
 
-_WRITE_HEAD = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.I)
-_NAMED_PLACEHOLDER = re.compile(r"%\(")
-
-
-def fold_writes(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, list[Any]]]:
-    """``statements`` as few statements as PostgreSQL runs them the same: each run of
-    writes (``INSERT``, ``UPDATE``, ``DELETE``) becomes ONE statement, its writes but the
-    last as data-modifying ``WITH`` parts of the last one (or of the ``SELECT`` that ends
-    the run), which stays the main query: its rows (``RETURNING``) are the statement's
-    rows. A statement with named placeholders, or one that has a ``WITH`` of its own,
-    ends a run and goes alone.
-
-    Why: on a pipeline (the direct hand-out's async connections) every ``execute`` is a
-    turn of the event loop, its own send and its own Parse/Bind/Execute on the server; a
-    claim queued 4-6 writes after its lock, a release 4-5. ``/tmp`` experiment (uvloop,
-    1,000 transactions each, twice): a transaction of a lock and 5 / 7 writes cost the
-    client 652-670 / 763-803 µs of CPU one write apiece, 442-466 / 480-484 µs folded.
-
-    The caller's promise (PostgreSQL, "Data-Modifying Statements in WITH", §7.8.4): the
-    parts run on one snapshot in an order nobody promises, so no statement of a run may
-    read what another of the run writes, or write a row another of the run writes (a row
-    updated twice in one statement is updated once). The claim's and the release's writes
-    touch each row once, and read nothing they write."""
-    out: list[tuple[str, list[Any]]] = []
-    run: list[tuple[str, Sequence[Any]]] = []
-
-    def flush(main: tuple[str, Sequence[Any]] | None) -> None:
-        parts = run[:] if main is not None else run[:-1]
-        last = main if main is not None else run[-1]
-        run.clear()
-        if not parts:
-            out.append((last[0], list(last[1])))
-            return
-        heads = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(parts))
-        values = [value for _, params in parts for value in params]
-        out.append((f"WITH {heads} {last[0]}", [*values, *last[1]]))
-
-    for sql, params in statements:
-        alone = bool(_NAMED_PLACEHOLDER.search(sql)) or sql.lstrip()[:4].upper() == "WITH"
-        if not alone and _WRITE_HEAD.match(sql):
-            run.append((sql, params))
-        elif not alone and sql.lstrip()[:6].upper() == "SELECT":
-            flush((sql, params))
-        else:
-            if run:
-                flush(None)
-            out.append((sql, list(params)))
-    if run:
-        flush(None)
-    return out
-
-
 def quoted_column(model: type[Model], name: str) -> str:
     """The quoted column of ``model``'s concrete field ``name``, for raw SQL on the
     default database."""
