@@ -6,6 +6,7 @@ The controller (pool, reconciliation, sweeps) starts here, once per process, whe
 
 from __future__ import annotations
 
+import logging
 import os
 from importlib import import_module
 
@@ -53,12 +54,30 @@ def warm_up() -> None:
     names, and the fast path's routes with the direct hand-out (``hot_routes`` imports them
     on first use). Without it a worker's first burst of acquires waited in its event loop
     for about a second of imports (drf-spectacular, jinja2 and ``django.test`` by way of
-    the views' schema decorators), which was the tail of the first round of a burst."""
+    the views' schema decorators), which was the tail of the first round of a burst.
+
+    A web worker of split processes also builds the provider it checks acquires' images
+    with (``RemoteController.image_checker``): 48 ms on an idle host, spent in the event
+    loop of the worker's first acquire, and ~80 ms inside a burst, with the burst's other
+    requests waiting behind it (measured per request in `bench/acquire_latency.py`'s first
+    round). A failure to build it is logged; the first acquire then builds it, as before."""
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf
     for module in ("common", "direct", "jobs", "sandboxes"):
         import_module(f"sandboxes.apis.{module}")
+    if settings.SANDMAN_CONTROLLER_SOCKET:
+        from sandboxes.apis.common import controller
+        from sandboxes.controller.remote import RemoteController
+
+        remote = controller()
+        try:
+            if isinstance(remote, RemoteController):
+                remote.image_checker()
+        except Exception:  # noqa: BLE001 - warming only: the first acquire tries again
+            logging.getLogger(__name__).warning(
+                "the image checker could not be built at start", exc_info=True
+            )
 
 
 application = build_application(serve_static=bool(getattr(settings, "SANDMAN_SERVE_STATIC", True)))

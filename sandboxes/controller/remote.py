@@ -163,9 +163,20 @@ class RemoteController:
         )
 
     def check_image(self, image: str, base_commit: str | None) -> bool | None:
+        return self.image_checker().check_image(image, base_commit)
+
+    def image_checker(self) -> Provider:
+        """The backend's provider this process checks images with (no loop, no socket: a
+        worker asks it for every acquire's body), built on first use. ``sandman_site.asgi``
+        builds it at a worker's start: ~50 ms of imports and set-up that the first
+        acquire's event loop otherwise spent while the burst's other requests waited."""
         if self._provider is None:
             self._provider = get_provider()
-        return self._provider.check_image(image, base_commit)
+        return self._provider
+
+    @property
+    def image_checker_built(self) -> bool:
+        return self._provider is not None
 
     # -- transport -------------------------------------------------------------------------------
     async def _acall(self, op: str, args: dict[str, Any]) -> Any:

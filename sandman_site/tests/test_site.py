@@ -70,3 +70,55 @@ def test_the_asgi_app_imports_what_the_first_requests_need_when_it_is_built(tmp_
     # walks only what came after, not the ~170,000 objects of the imports.
     frozen, tracked = map(int, counts.split())
     assert frozen > 50_000 and tracked < frozen // 10, (frozen, tracked)
+
+
+def _fresh_import(
+    tmp_path: Path, extra: dict[str, str], probe: str
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "sandman_site.settings.dev",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "SANDMAN_VAR_DIR": str(tmp_path),
+        "SANDMAN_CONTROLLER_AUTOSTART": "0",
+        **extra,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", "import sandman_site.asgi\n" + probe],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
+def test_a_split_worker_builds_its_image_checker_when_the_app_is_built(tmp_path: Path) -> None:
+    """A web worker of split processes checks each acquire's image with the backend's
+    provider (``RemoteController.image_checker``); built at the app's start, not in the
+    event loop of the first acquire. One that cannot be built leaves the start working
+    (logged) and is built on first use, as before. Fresh interpreters: nothing of other
+    tests counts. The controller's socket is never dialled for this."""
+    probe = (
+        "from sandboxes.apis.common import controller\n"
+        "ctl = controller()\n"
+        "print(type(ctl).__name__, getattr(ctl, 'image_checker_built', '-'))\n"
+    )
+    socket = str(tmp_path / "nobody.sock")
+    local = _fresh_import(tmp_path, {"SANDMAN_CONTROLLER_SOCKET": socket}, probe)
+    assert local.stdout.split() == ["RemoteController", "True"], local.stderr[-2000:]
+    alone = _fresh_import(tmp_path, {"SANDMAN_CONTROLLER_SOCKET": ""}, probe)
+    assert alone.stdout.split()[0] == "Controller"  # one process: the controller's own
+    broken = _fresh_import(
+        tmp_path,
+        {
+            "SANDMAN_CONTROLLER_SOCKET": socket,
+            "SANDMAN_BACKEND": "kubernetes",
+            "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"),
+            "KUBERNETES_SERVICE_HOST": "",
+        },
+        probe,
+    )
+    assert broken.stdout.split() == ["RemoteController", "False"], broken.stderr[-2000:]
+    assert "the image checker could not be built at start" in broken.stderr
