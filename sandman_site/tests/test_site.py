@@ -35,46 +35,11 @@ def test_plotly_js_is_found_by_staticfiles_from_the_installed_package() -> None:
     assert b"plotly" in head.lower()
 
 
-def test_the_asgi_app_imports_what_the_first_requests_need_when_it_is_built(tmp_path: Path) -> None:
-    """A worker's first burst of acquires must not wait in its event loop for the imports
-    of the views and their schema decorators (``sandman_site.asgi.warm_up``), nor for a
-    full collection that walks them (``sandman_site.heap``). A fresh interpreter, so what
-    other tests imported does not count."""
-    probe = (
-        "import gc, sys, sandman_site.asgi\n"
-        "from django.conf import settings\n"
-        "wanted = [settings.ROOT_URLCONF, 'sandboxes.apis.jobs', 'sandboxes.apis.sandboxes',\n"
-        "          'sandboxes.apis.direct', 'drf_spectacular.openapi']\n"
-        "print(','.join(m for m in wanted if m not in sys.modules))\n"
-        "print(gc.get_freeze_count(), len(gc.get_objects()))\n"
-    )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "sandman_site.settings.dev",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "SANDMAN_VAR_DIR": str(tmp_path),
-        "SANDMAN_CONTROLLER_AUTOSTART": "0",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=Path(__file__).resolve().parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    missing, counts = done.stdout.split("\n")[:2]
-    assert missing == "", f"not imported at start: {missing}"
-    # What the start built is frozen (sandman_site.heap): a full collection in a worker
-    # walks only what came after, not the ~170,000 objects of the imports.
-    frozen, tracked = map(int, counts.split())
-    assert frozen > 50_000 and tracked < frozen // 10, (frozen, tracked)
-
-
 def _fresh_import(
     tmp_path: Path, extra: dict[str, str], probe: str
 ) -> subprocess.CompletedProcess[str]:
+    """``probe`` run after ``import sandman_site.asgi`` in a fresh interpreter (nothing
+    other tests imported counts): dev settings on SQLite, no controller, then ``extra``."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "sandman_site.settings.dev",
@@ -92,6 +57,28 @@ def _fresh_import(
         timeout=120,
         check=True,
     )
+
+
+def test_the_asgi_app_imports_what_the_first_requests_need_when_it_is_built(tmp_path: Path) -> None:
+    """A worker's first burst of acquires must not wait in its event loop for the imports
+    of the views and their schema decorators (``sandman_site.asgi.warm_up``), nor for a
+    full collection that walks them (``sandman_site.heap``). A fresh interpreter, so what
+    other tests imported does not count."""
+    probe = (
+        "import gc, sys, sandman_site.asgi\n"
+        "from django.conf import settings\n"
+        "wanted = [settings.ROOT_URLCONF, 'sandboxes.apis.jobs', 'sandboxes.apis.sandboxes',\n"
+        "          'sandboxes.apis.direct', 'drf_spectacular.openapi']\n"
+        "print(','.join(m for m in wanted if m not in sys.modules))\n"
+        "print(gc.get_freeze_count(), len(gc.get_objects()))\n"
+    )
+    done = _fresh_import(tmp_path, {}, probe)
+    missing, counts = done.stdout.split("\n")[:2]
+    assert missing == "", f"not imported at start: {missing}"
+    # What the start built is frozen (sandman_site.heap): a full collection in a worker
+    # walks only what came after, not the ~170,000 objects of the imports.
+    frozen, tracked = map(int, counts.split())
+    assert frozen > 50_000 and tracked < frozen // 10, (frozen, tracked)
 
 
 def test_a_split_worker_builds_its_image_checker_when_the_app_is_built(tmp_path: Path) -> None:
