@@ -59,8 +59,8 @@ def warm_up() -> None:
     A web worker of split processes also builds the provider it checks acquires' images
     with (``RemoteController.image_checker``): 48 ms on an idle host, spent in the event
     loop of the worker's first acquire, and ~80 ms inside a burst, with the burst's other
-    requests waiting behind it (measured per request in `bench/acquire_latency.py`'s first
-    round). A failure to build it is logged; the first acquire then builds it, as before."""
+    requests waiting behind it (measured per request in ``bench/acquire_latency.py``'s
+    first round). A failure to build it is logged; the first acquire then builds it, as before."""
     from django.urls import get_resolver
 
     get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf

@@ -15,7 +15,7 @@ happens lazily, on first use, as before.
 * End: that pool and its health checker close (``sandboxes.apis.direct.close``), so the
   worker's PostgreSQL sessions end with it instead of when the server notices the socket.
 
-A failure in either step is logged and the worker goes on: neither is needed to serve.
+A failure in any step is logged and the worker goes on: none is needed to serve.
 """
 
 from __future__ import annotations
