@@ -46,15 +46,19 @@ pytestmark = [
 ]
 
 
-def claim_sessions() -> int:
-    """PostgreSQL's sessions of the claim pools (their ``application_name``), any process."""
+def sessions(where: str, params: list[Any]) -> int:
+    """PostgreSQL's sessions of this database (``pg_stat_activity``) that ``where`` keeps."""
     with psycopg.connect(database_conninfo(), autocommit=True) as conn:
         (count,) = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = %s AND datname = current_database()",
-            [direct.APPLICATION_NAME],
+            f"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND {where}",
+            params,
         ).fetchone()  # type: ignore[misc]
     return int(count)
+
+
+def claim_sessions() -> int:
+    """PostgreSQL's sessions of the claim pools (their ``application_name``), any process."""
+    return sessions("application_name = %s", [direct.APPLICATION_NAME])
 
 
 async def drive(messages: list[str], between: Any = None) -> list[str]:
@@ -95,13 +99,10 @@ def _socket_ports(pid: int) -> set[int]:
 
 def django_sessions(pid: int) -> int:
     """PostgreSQL's sessions of one web worker that are not its claim pool's: Django's."""
-    with psycopg.connect(database_conninfo(), autocommit=True) as conn:
-        (count,) = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND client_port = ANY(%s) AND application_name <> %s",
-            [sorted(_socket_ports(pid)), direct.APPLICATION_NAME],
-        ).fetchone()  # type: ignore[misc]
-    return int(count)
+    return sessions(
+        "client_port = ANY(%s) AND application_name <> %s",
+        [sorted(_socket_ports(pid)), direct.APPLICATION_NAME],
+    )
 
 
 def test_uvicorn_workers_open_their_pools_before_the_first_request() -> None:
@@ -143,27 +144,23 @@ def test_a_database_pool_opens_without_waiting_and_none_is_no_error() -> None:
     connections.settings[alias] = own
     connections.settings[f"{alias}-unpooled"] = unpooled
 
-    def sessions() -> int:
-        with psycopg.connect(database_conninfo(), autocommit=True) as conn:
-            (count,) = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name]
-            ).fetchone()  # type: ignore[misc]
-        return int(count)
+    def named() -> int:
+        return sessions("application_name = %s", [name])
 
     try:
-        assert sessions() == 0
+        assert named() == 0
         assert open_database_pool(alias) is True
         minimum = own["OPTIONS"]["pool"]["min_size"]
-        wait_until(lambda: sessions() == minimum, what=f"the pool's {minimum} connections")
+        wait_until(lambda: named() == minimum, what=f"the pool's {minimum} connections")
         assert open_database_pool(alias) is True  # an open pool: nothing more
         assert open_database_pool(f"{alias}-unpooled") is False
-        assert sessions() == minimum
+        assert named() == minimum
     finally:
         connections[alias].close_pool()
         for one in (alias, f"{alias}-unpooled"):
             del connections[one]
             del connections.settings[one]
-    wait_until(lambda: sessions() == 0, what="the pool's sessions to end")
+    wait_until(lambda: named() == 0, what="the pool's sessions to end")
 
 
 def test_startup_opens_the_pool_and_shutdown_closes_it() -> None:
