@@ -44,6 +44,7 @@ import tempfile
 import time
 import types
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +96,16 @@ def setup_django(tmp: Path) -> str:
 class StandinProcess:
     """``manage.py standin_cluster`` as a direct child; stopped with SIGTERM + wait()."""
 
-    def __init__(self, tmp: Path, *, nodes: int, speed: float, seed: int) -> None:
+    def __init__(
+        self, tmp: Path, *, nodes: int, speed: float, seed: int, extra: Sequence[str] = ()
+    ) -> None:
+        """``extra``: more of the command's options (``--subnet``, ``--warm-ip-target``)."""
         self.kubeconfig = tmp / f"kubeconfig-{time.monotonic_ns()}"
         self.proc = subprocess.Popen(
             [
                 sys.executable, "manage.py", "standin_cluster", "--port", "0",
                 "--kubeconfig", str(self.kubeconfig), "--namespace", NAMESPACE,
-                "--nodes", str(nodes), "--speed", str(speed), "--seed", str(seed),
+                "--nodes", str(nodes), "--speed", str(speed), "--seed", str(seed), *extra,
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,

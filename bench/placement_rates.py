@@ -2,19 +2,23 @@
 """Benchmark: create-rate sweep, spread vs default placement, and two jobs bursting at once
 (issue 13, item 2; paper §5.2, Figure 3b, Tables A11-A13).
 
-Three parts in one run, each against a fresh in-process stand-in cluster (``StandinCluster``
-in its own thread and loop, no execd behind the pods, ``verify_health`` off) with VPC-CNI
-subnets (``standin/subnets.py``), over a fresh database (a temp SQLite file, or
-``DATABASE_URL`` under ``scripts/with_postgres.py``):
+Three parts in one run, each against a fresh stand-in cluster (no execd behind the pods,
+``verify_health`` off) with VPC-CNI subnets (``standin/subnets.py``), over a fresh database
+(a temp SQLite file, or ``DATABASE_URL`` under ``scripts/with_postgres.py``):
 
 1. ``rate_sweep``: 99 acquires fired at once for one job whose bucket allows ``r`` creates/s
    (burst 1, so the bucket alone paces; cluster bucket 2r), for r in 5, 20, 50, 100, 200,
-   through the real controller and Kubernetes provider. Per rate: the achieved create rate
+   through the real controller and Kubernetes provider. ``--standin`` says where the
+   stand-in runs: ``process`` (``manage.py standin_cluster``, realtime at speed 1, over
+   HTTP: as an API server on another host; ``rate_sweep``) and/or ``thread`` (a
+   ``StandinCluster`` in a thread and loop of this process, virtual time;
+   ``rate_sweep_thread``), one sweep after the other. Per rate: the achieved create rate
    (least-squares slope over each create's ``create_sent`` time, when it left the pacer;
    beside it the rate of the API's answers, ``api_created_at``), create-to-Ready p50/p99
    (the stand-in's stamps, whole seconds), acquire wait with queue p50/p99, address
-   failures, this process's CPU-ms per create, and its CPU-seconds per wall second
-   (``process_cpu_cores``: the controller and the in-process stand-in share it).
+   failures, this process's CPU-ms per create, its CPU-seconds per wall second
+   (``process_cpu_cores``: the controller, and the stand-in when it is a thread here), and
+   the stand-in process's (``standin_cpu_cores``).
 2. ``placement``: two batches of 1,000 pods at 10 creates/s (simulated time: the stand-in
    in manual mode, the pods built by the provider's own ``build_pod_manifest``), one WITH
    the soft topology spread (maxSkew 2, ScheduleAnyway, the default) and one WITHOUT
@@ -32,8 +36,9 @@ subnets (``standin/subnets.py``), over a fresh database (a temp SQLite file, or
    test_creates_wait_for_the_cluster_bucket_shared_by_every_job`` (and
    ``test_pacing.py::test_every_create_passes_its_job_bucket_and_the_shared_cluster_bucket``).
 
-Results: ``bench/results/placement_rates.json``.
-Usage: ``python bench/placement_rates.py [--parts rate_sweep,placement,two_jobs]``
+Results: ``bench/results/placement_rates.json`` (``--out``).
+Usage: ``python bench/placement_rates.py [--parts rate_sweep,placement,two_jobs]
+[--standin process,thread] [--rates 5,20,50,100,200] [--out FILE]``
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from k8s_burst import pct, setup_django  # noqa: E402
+from k8s_burst import NAMESPACE, StandinProcess, pct, setup_django  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "placement_rates.json"
 IMAGE = "registry.example/task/swe-task:1"
@@ -153,8 +158,14 @@ def pod_times(c: Any, job_id: int) -> list[tuple[dt.datetime, dt.datetime | None
     (whole seconds, as the API server stamps them)."""
     from standin.harness.support import NS as PROVIDER_NS
 
+    return times_of(c.pods(PROVIDER_NS), job_id)
+
+
+def times_of(
+    pods: list[dict[str, Any]], job_id: int
+) -> list[tuple[dt.datetime, dt.datetime | None]]:
     out = []
-    for p in c.pods(PROVIDER_NS):
+    for p in pods:
         if (p["metadata"].get("labels") or {}).get("sandman.dev/job") != str(job_id):
             continue
         ready = next(
@@ -215,27 +226,108 @@ def min_free(c: Any) -> int:
     return min(s["AvailableIpAddressCount"] for s in c.subnets()["Subnets"])
 
 
+class ThreadStandin:
+    """The stand-in in this process (its own thread and loop, ``virtual`` time: a pod is
+    Ready as soon as the server loop is free): it shares this process's GIL with the
+    controller, which a real API server never does."""
+
+    where = "thread"
+
+    def __init__(self, nodes: int, seed: int) -> None:
+        self.cluster = cluster(nodes, seed=seed)
+
+    def controller(self, **kw: Any) -> Any:
+        return controller_for(self.cluster, **kw)
+
+    def pods(self) -> list[dict[str, Any]]:
+        from standin.harness.support import NS as PROVIDER_NS
+
+        return list(self.cluster.pods(PROVIDER_NS))
+
+    def address_failures(self) -> int:
+        return int(self.cluster.address_failures()["total"])
+
+    def cpu_seconds(self) -> float | None:
+        return None  # inside this process's figure
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+class ProcessStandin:
+    """The stand-in as its own process (``manage.py standin_cluster``, ``realtime`` at
+    speed 1: pods start in their modelled seconds, as on a cluster), reached over HTTP
+    like an API server on another host; its CPU is measured apart."""
+
+    where = "process"
+
+    def __init__(self, nodes: int, seed: int, tmp: Path) -> None:
+        extra = ["--warm-ip-target", "2"]
+        extra += [f"--subnet={s.id}={s.cidr}@{s.zone}" for s in subnets()]
+        self.proc = StandinProcess(tmp, nodes=nodes, speed=1.0, seed=seed, extra=extra)
+
+    def controller(self, **kw: Any) -> Any:
+        import dataclasses
+        import types
+
+        from sandboxes.controller import Controller
+        from sandboxes.providers.kubernetes import KubernetesProvider
+
+        settings = types.SimpleNamespace(
+            SANDMAN_NAMESPACE=NAMESPACE,
+            SANDMAN_KUBECONFIG=str(self.proc.kubeconfig),
+            SANDMAN_K8S_VERIFY_HEALTH=False,
+        )
+        base = KubernetesProvider.from_settings(settings)
+        # As ``controller_for`` configures the in-process one.
+        config = dataclasses.replace(base.config, max_workers=16, destroy_attempts=3)
+        base.api_client.close()
+        ctl = Controller(provider=KubernetesProvider(config), sweep_interval_s=0, **kw)
+        ctl.start()
+        return ctl
+
+    def pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.proc.get("pods") if p["metadata"].get("namespace") == NAMESPACE]
+
+    def address_failures(self) -> int:
+        return int(self.proc.get("address-failures")["total"])
+
+    def cpu_seconds(self) -> float | None:
+        return self.proc.cpu_seconds()
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
 # --- 1. rate sweep -------------------------------------------------------------------------
 
 
-def rate_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
+def rate_sweep(args: argparse.Namespace, where: str, tmp: Path) -> list[dict[str, Any]]:
+    """The sweep against a stand-in in a thread of this process or in its own process."""
     out = []
     for rate in args.rates:
-        c = cluster(args.nodes)
-        ctl = controller_for(c, cluster_rate=2.0 * rate, cluster_burst=1)
+        c = (
+            ThreadStandin(args.nodes, args.seed)
+            if where == "thread"
+            else ProcessStandin(args.nodes, args.seed, tmp)
+        )
+        ctl = None
         try:
-            job = make_job(f"rate-{rate}", rate_per_s=float(rate), burst=1, max_live=99,
+            ctl = c.controller(cluster_rate=2.0 * rate, cluster_burst=1)
+            job = make_job(f"rate-{rate}-{where}", rate_per_s=float(rate), burst=1, max_live=99,
                            max_creating=99)  # fmt: skip
-            fail0 = c.address_failures()["total"]
+            fail0 = c.address_failures()
             load0 = os.getloadavg()
-            cpu0, wall0 = time.process_time(), time.monotonic()
+            cpu0, wall0, standin0 = time.process_time(), time.monotonic(), c.cpu_seconds()
             (results,) = fire(ctl, [(job.pk, 99)], timeout_s=600.0)
             wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+            standin1 = c.cpu_seconds()
             ok = [r for r in results if not isinstance(r, BaseException)]
-            times = pod_times(c, job.pk)
+            times = times_of(c.pods(), job.pk)
             achieved = slope_rate(send_times(job.pk))
             row = {
                 "target_creates_per_s": rate,
+                "standin": where,
                 "ready": len(ok),
                 "failures": sorted(
                     {f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)}
@@ -247,17 +339,21 @@ def rate_sweep(args: argparse.Namespace) -> list[dict[str, Any]]:
                     [(r - t).total_seconds() for t, r in times if r is not None]
                 ),
                 "acquire_wait_ms_with_queue": quantiles([r.wait_ms for r in ok]),
-                "address_failures": c.address_failures()["total"] - fail0,
+                "address_failures": c.address_failures() - fail0,
                 "burst_wall_s": round(wall, 2),
                 "cpu_ms_per_create_process": round(1000 * cpu / max(1, len(ok)), 2),
                 "loadavg_at_start": [round(x, 2) for x in load0],
             }
-            # CPU-seconds per wall second of this process (controller + in-process
-            # stand-in): under 1 while the rate falls short, the limit is not one core.
+            # CPU-seconds per wall second of this process (the controller, plus the
+            # stand-in when it runs in a thread here): near 1 while the rate falls short,
+            # the process is the limit (one interpreter lock).
             row["process_cpu_cores"] = round(cpu / wall, 3) if wall else None
+            if standin0 is not None and standin1 is not None and wall:
+                row["standin_cpu_cores"] = round((standin1 - standin0) / wall, 3)
             drain(ctl, [job.pk])
         finally:
-            ctl.stop()
+            if ctl is not None:
+                ctl.stop()
             c.stop()
         print(json.dumps(row), flush=True)
         out.append(row)
@@ -403,6 +499,13 @@ def main() -> None:
     parser.add_argument("--placement-pods", type=int, default=1000)
     parser.add_argument("--placement-rate", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--standin",
+        default="process,thread",
+        help="where the rate sweep's stand-in runs: process (its own, as an API server on "
+        "another host), thread (in this process), or both (one sweep after the other)",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     args.rates = [int(r) for r in args.rates.split(",") if r]
     parts = [p for p in args.parts.split(",") if p]
@@ -412,7 +515,11 @@ def main() -> None:
         result: dict[str, Any] = {
             "benchmark": "placement_rates",
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "server": "none (controller in process, no HTTP front; stand-in in process)",
+            "server": (
+                "none (controller in process, no HTTP front); the rate sweep's stand-in as"
+                " --standin says (rate_sweep: its own process; rate_sweep_thread: a thread of"
+                " this process), the placement and two-job parts' in process"
+            ),
             "settings": {
                 "DJANGO_SETTINGS_MODULE": os.environ["DJANGO_SETTINGS_MODULE"],
                 "verify_health": False,
@@ -423,10 +530,14 @@ def main() -> None:
                 "database": vendor,
                 "loadavg_before": [round(x, 2) for x in load_before],
             },  # fmt: skip
-            "options": {**vars(args), "spec": SPEC},
+            "options": {**vars(args), "out": str(args.out), "spec": SPEC},
         }
         if "rate_sweep" in parts:
-            result["rate_sweep"] = rate_sweep(args)
+            for where in [w for w in args.standin.split(",") if w]:
+                if where not in ("process", "thread"):
+                    parser.error(f"--standin: {where!r} is neither process nor thread")
+                key = "rate_sweep" if where == "process" else "rate_sweep_thread"
+                result[key] = rate_sweep(args, where, Path(name))
         if "placement" in parts:
             result["placement"] = {
                 "what": "two 1,000-pod batches at 10/s in simulated time (Figure 3b)",
@@ -438,8 +549,8 @@ def main() -> None:
             result["two_jobs"] = two_jobs(args)
             print(json.dumps(result["two_jobs"]), flush=True)
         result["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":
