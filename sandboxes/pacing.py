@@ -8,6 +8,10 @@ concurrent jobs do not add up.
 Invariants a reader must not break:
 * Tokens are granted strictly in arrival order (FIFO). A caller that arrives while
   others queue waits behind them even if a token happens to be free.
+* While callers queue, each token counts from when it was due, not from when the pump
+  woke to hand it out (``TokenBucket._advance_to``): a late timer loses no rate. After a
+  stall of the loop, at most ``burst`` + 1 callers go at once (the token that was due,
+  and the burst banked meanwhile).
 * A caller cancelled while queued never consumes a token; a token granted to a caller
   that is cancelled before it sees the grant is given back.
 * Time comes only from the injected ``clock`` and waiting only from the injected
@@ -62,8 +66,10 @@ class TokenBucket:
         return sum(1 for w in self._waiters if not w.done())
 
     def tokens(self) -> float:
-        self._refill()
-        return self._tokens
+        """Tokens banked now (a look: it does not move the bucket's stamp, which the pump's
+        accounting of a late wake-up relies on)."""
+        elapsed = max(0.0, self._clock() - self._stamp)
+        return min(float(self.burst), self._tokens + elapsed * self.rate)
 
     def _queued(self) -> bool:
         """Whether a live caller waits: drops finished heads (granted ones are popped when
@@ -84,9 +90,12 @@ class TokenBucket:
         self._stamp = now
 
     def try_take(self) -> bool:
-        """Take a token at once if one is free and nobody queues ahead; never waits."""
+        """Take a token at once if one is free and nobody queues ahead; never waits. With
+        callers queued it leaves the bucket as it is (the pump's to account)."""
+        if self._queued():
+            return False
         self._refill()
-        if not self._queued() and self._tokens >= 1.0:
+        if self._tokens >= 1.0:
             self._tokens -= 1.0
             self.granted += 1
             return True
@@ -146,13 +155,31 @@ class TokenBucket:
                 self._waiters.popleft()
             if not self._waiters:
                 return
-            self._refill()
+            if self._tokens < 1.0:
+                self._refill()
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
                 self.granted += 1
                 self._waiters.popleft().set_result(None)
                 continue
-            await self._sleep((1.0 - self._tokens) / self.rate)
+            due = self._stamp + (1.0 - self._tokens) / self.rate
+            await self._sleep(due - self._stamp)
+            self._advance_to(due)
+
+    def _advance_to(self, due: float) -> None:
+        """The bucket as it stood at ``due``, when the head's token was due (the pump's
+        sleep ended, maybe late: a busy loop, a timer's granularity). The queue waited all
+        along, so that token is granted as of ``due`` and what accrued after ``due`` is
+        the next ones': refilling at the late wake-up instead would cap the bucket at its
+        burst first, and every grant would come 1/rate + the lateness apart. Nothing to do
+        when the bucket was refilled after ``due`` meanwhile (a token given back)."""
+        if due <= self._stamp:
+            return
+        tokens = self._tokens + (due - self._stamp) * self.rate
+        if tokens > 1.0 - 1e-9:  # the float sum of a due time: 1.0 within rounding
+            tokens = max(tokens, 1.0)
+        self._tokens = min(float(self.burst), tokens)
+        self._stamp = due
 
     def close(self) -> None:
         """Cancel every queued caller and the pump (controller shutdown)."""
