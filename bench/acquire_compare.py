@@ -71,9 +71,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/acquire_compare.json")
     args = parser.parse_args()
     flags = [f for f, on in (("--keyed", args.keyed), ("--direct", args.direct)) if on]
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
-    ).stdout.strip()
+    head = baseline_tree.head()
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sandman-acquire-compare-") as name:
         tmp = Path(name)

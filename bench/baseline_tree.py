@@ -33,6 +33,26 @@ def extract(rev: str, into: Path, *, same_bench: tuple[str, ...] = ()) -> Path:
     return tree
 
 
+def head() -> str:
+    """This tree's commit, short (a result names it beside its baseline)."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
+    ).stdout.strip()
+
+
+def in_process_settings() -> dict[str, Any]:
+    """The settings of a bench whose controller runs in its own process, with the
+    stand-in (``scale_ramp.py``, ``placement_rates.py``): the database is DATABASE_URL's
+    (``scripts/with_postgres.py``) or a temp SQLite file; on PostgreSQL the server's own
+    CPU is not in the figures."""
+    url = os.environ.get("DATABASE_URL", "")
+    return {
+        "DJANGO_SETTINGS_MODULE": "sandman_site.settings.test",
+        "database": "postgresql" if url.startswith(("postgres://", "postgresql://")) else "sqlite",
+        "SANDMAN_K8S_VERIFY_HEALTH": "false",
+    }
+
+
 def machine(**extra: Any) -> dict[str, Any]:
     """Python, cores and the load average now (a result's ``machine``)."""
     return {

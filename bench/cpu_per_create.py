@@ -74,9 +74,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS / "cpu_per_create.json")
     args = parser.parse_args()
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
-    ).stdout.strip()
+    head = baseline_tree.head()
     with tempfile.TemporaryDirectory(prefix="sandman-cpu-baseline-") as tmp:
         # The baseline's scale_ramp must be the same measurement: this tree's.
         base = baseline_tree.extract(args.baseline, Path(tmp), same_bench=("scale_ramp.py",))
@@ -99,17 +97,7 @@ def main() -> None:
         "what": f"controller CPU per create over one burst of {args.steps} acquires (job "
         f"bucket {args.rate}/s), baseline {args.baseline} and this tree ({head}) alternating",
         "server": "none (controller in process, no HTTP front); stand-in out of process",
-        "settings": {
-            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.test",
-            # scale_ramp's database: DATABASE_URL's (scripts/with_postgres.py) or a temp
-            # SQLite file. On PostgreSQL the server's own CPU is not in the figures.
-            "database": (
-                "postgresql"
-                if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
-                else "sqlite"
-            ),
-            "SANDMAN_K8S_VERIFY_HEALTH": "false",
-        },  # fmt: skip
+        "settings": baseline_tree.in_process_settings(),
         "machine": baseline_tree.machine(),
         "target_ms_per_create": 2.0,
         "summary": summary,

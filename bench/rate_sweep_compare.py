@@ -62,9 +62,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "rate_sweep_compare.json")
     args = parser.parse_args()
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True
-    ).stdout.strip()
+    head = baseline_tree.head()
     with tempfile.TemporaryDirectory(prefix="sandman-sweep-baseline-") as name:
         tmp = Path(name)
         same = ("placement_rates.py", "k8s_burst.py")
@@ -94,15 +92,7 @@ def main() -> None:
         "what": "placement_rates.py's rate sweep (99 acquires per rate, job bucket burst 1, "
         f"stand-in out of process), baseline {args.baseline} and this tree ({head}) alternating",
         "server": "none (controller in process, no HTTP front); stand-in out of process",
-        "settings": {
-            "DJANGO_SETTINGS_MODULE": "sandman_site.settings.test",
-            "database": (
-                "postgresql"
-                if os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
-                else "sqlite"
-            ),
-            "SANDMAN_K8S_VERIFY_HEALTH": "false",
-        },  # fmt: skip
+        "settings": baseline_tree.in_process_settings(),
         "machine": baseline_tree.machine(),
         "summary": summary,
         "runs": runs,
