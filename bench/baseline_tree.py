@@ -6,6 +6,7 @@ each result records.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -51,6 +52,13 @@ def in_process_settings() -> dict[str, Any]:
         "database": "postgresql" if url.startswith(("postgres://", "postgresql://")) else "sqlite",
         "SANDMAN_K8S_VERIFY_HEALTH": "false",
     }
+
+
+def write(out: Path, result: dict[str, Any]) -> None:
+    """Store a result (its directory made if need be) and print its summary."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result.get("summary")))
 
 
 def machine(**extra: Any) -> dict[str, Any]:

@@ -103,9 +103,7 @@ def main() -> None:
         "summary": summary,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(summary))
+    baseline_tree.write(args.out, result)
 
 
 if __name__ == "__main__":
