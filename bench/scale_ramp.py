@@ -17,7 +17,8 @@ only the buckets pace), N tiny acquires fired at once by a driver loop, then:
   with the pacer queue (``wait_ms``) p50/p90/p99;
 * Kubernetes API call p99 (the provider's executor: every create of the step);
 * controller RSS (VmRSS at the step's peak, all N live) and CPU-seconds per create
-  (``time.process_time()`` of this process over the burst / creates);
+  (``time.process_time()`` of this process over the burst / creates), by thread role, and
+  the cyclic collector's pauses inside the burst by generation (``gc_pauses_in_burst``);
 * the watches: pod and Events informer lists and watches (one reconnect per expiry);
 * after the job's drain: pods left in the stand-in (must be 0).
 The last step is held live for ``--hold-s`` (default 300) before its drain, sampling RSS
@@ -37,6 +38,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
+import gc
 import json
 import os
 import platform
@@ -81,6 +83,44 @@ def thread_cpu_s() -> dict[str, float]:
         role = name.rstrip("0123456789").rstrip("_-") or name
         out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+class GcPauses:
+    """The cyclic collector's pauses in this process, by generation (``gc.callbacks``):
+    collections and seconds of wall time (a collection holds the interpreter lock, so its
+    wall time is CPU of whichever thread triggered it)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            gen = info["generation"]
+            self.count[gen] += 1
+            self.seconds[gen] += time.perf_counter() - self._started
+
+    def snapshot(self) -> tuple[list[int], list[float]]:
+        return list(self.count), list(self.seconds)
+
+    @staticmethod
+    def delta(
+        before: tuple[list[int], list[float]], after: tuple[list[int], list[float]]
+    ) -> dict[str, Any]:
+        return {
+            f"gen{g}": {
+                "collections": after[0][g] - before[0][g],
+                "s": round(after[1][g] - before[1][g], 3),
+            }
+            for g in range(3)
+        }
+
+
+GC = GcPauses()
 
 
 def thread_cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -209,8 +249,10 @@ class Ramp:
         cpu0, wall0 = time.process_time(), time.monotonic()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         threads0 = thread_cpu_s()
+        gc0 = GC.snapshot()
         standin_cpu0 = self.standin.cpu_seconds()
         results = asyncio.run(burst())
+        gc_burst = GcPauses.delta(gc0, GC.snapshot())
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         threads1 = thread_cpu_s()
@@ -267,6 +309,7 @@ class Ramp:
             "controller_cpu_user_s": round(ru1.ru_utime - ru0.ru_utime, 2),
             "controller_cpu_sys_s": round(ru1.ru_stime - ru0.ru_stime, 2),
             "controller_cpu_s_by_thread": thread_cpu_delta(threads0, threads1),
+            "gc_pauses_in_burst": gc_burst,
             "standin_cpu_s": round(standin_cpu, 2),
             "write_batches": {
                 "batches": batches,
