@@ -231,8 +231,6 @@ class ThreadStandin:
     Ready as soon as the server loop is free): it shares this process's GIL with the
     controller, which a real API server never does."""
 
-    where = "thread"
-
     def __init__(self, nodes: int, seed: int) -> None:
         self.cluster = cluster(nodes, seed=seed)
 
@@ -258,8 +256,6 @@ class ProcessStandin:
     """The stand-in as its own process (``manage.py standin_cluster``, ``realtime`` at
     speed 1: pods start in their modelled seconds, as on a cluster), reached over HTTP
     like an API server on another host; its CPU is measured apart."""
-
-    where = "process"
 
     def __init__(self, nodes: int, seed: int, tmp: Path) -> None:
         extra = ["--warm-ip-target", "2"]
