@@ -62,8 +62,8 @@ async def test_a_late_wake_up_loses_no_tokens_while_callers_queue():
     here every wake-up comes 0.1 s after the token was due, at 2/s with burst 1. The
     queue was waiting all along, so each token counts from when it was due, as a token
     bucket that served it on time would have (golang.org/x/time/rate, behind client-go's
-    limiter, reserves each token at its due time the same way): 6 grants in 3 s, not one
-    every 0.5 + 0.1 s (5 in 3 s, a sixth of the rate lost)."""
+    limiter, likewise accounts a token when it is reserved, not when its waiter wakes):
+    6 grants in 3 s, not one every 0.5 + 0.1 s (5 in 3 s, a sixth of the rate lost)."""
     clock = FakeClock()
     b = bucket(clock, rate=2.0, burst=1)
     await b.acquire()  # the banked token; every later one is paced
