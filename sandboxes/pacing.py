@@ -11,7 +11,9 @@ Invariants a reader must not break:
 * While callers queue, each token counts from when it was due, not from when the pump
   woke to hand it out (``TokenBucket._advance_to``): a late timer loses no rate. After a
   stall of the loop, at most ``burst`` + 1 callers go at once (the token that was due,
-  and the burst banked meanwhile).
+  and the burst banked meanwhile). A late bucket makes up by granting two at once now
+  and then, so a cluster bucket of burst 1 at a job's own rate keeps part of the loss
+  (its default burst is 100).
 * A caller cancelled while queued never consumes a token; a token granted to a caller
   that is cancelled before it sees the grant is given back.
 * Time comes only from the injected ``clock`` and waiting only from the injected
