@@ -119,6 +119,22 @@ class StandinProcess:
             raise RuntimeError(f"stand-in did not start: {line!r}")
         self.url = line.split("listening on ", 1)[1].split(";", 1)[0].strip()
 
+    def provider_config(self, *, verify_health: bool = False, **changes: Any) -> Any:
+        """The Kubernetes provider's config as ``SANDMAN_KUBECONFIG`` pointing at this
+        stand-in gives it (``KubernetesProvider.from_settings``), with ``changes``."""
+        import dataclasses
+
+        from sandboxes.providers.kubernetes import KubernetesProvider
+
+        settings = types.SimpleNamespace(
+            SANDMAN_NAMESPACE=NAMESPACE,
+            SANDMAN_KUBECONFIG=str(self.kubeconfig),
+            SANDMAN_K8S_VERIFY_HEALTH=verify_health,
+        )
+        base = KubernetesProvider.from_settings(settings)
+        base.api_client.close()
+        return dataclasses.replace(base.config, **changes)
+
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(f"{self.url}/_standin/{path}", timeout=60) as response:
             return json.loads(response.read())
@@ -140,7 +156,6 @@ class StandinProcess:
 
 
 def run_variant(tmp: Path, *, spread: bool, args: argparse.Namespace) -> dict[str, Any]:
-    import dataclasses
 
     from django.contrib.auth import get_user_model
 
@@ -153,14 +168,9 @@ def run_variant(tmp: Path, *, spread: bool, args: argparse.Namespace) -> dict[st
     standin = StandinProcess(tmp, nodes=args.nodes, speed=args.speed, seed=args.seed)
     controller = None
     try:
-        settings = types.SimpleNamespace(
-            SANDMAN_NAMESPACE=NAMESPACE,
-            SANDMAN_KUBECONFIG=str(standin.kubeconfig),
-            SANDMAN_K8S_VERIFY_HEALTH=os.environ["SANDMAN_K8S_VERIFY_HEALTH"] == "true",
+        config = standin.provider_config(
+            verify_health=os.environ["SANDMAN_K8S_VERIFY_HEALTH"] == "true", topology_spread=spread
         )
-        base = KubernetesProvider.from_settings(settings)
-        config = dataclasses.replace(base.config, topology_spread=spread)
-        base.api_client.close()
         provider = KubernetesProvider(config)
         controller = Controller(
             provider=provider, sweep_interval_s=0, cluster_rate=50.0, cluster_burst=100

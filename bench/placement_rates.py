@@ -263,21 +263,11 @@ class ProcessStandin:
         self.proc = StandinProcess(tmp, nodes=nodes, speed=1.0, seed=seed, extra=extra)
 
     def controller(self, **kw: Any) -> Any:
-        import dataclasses
-        import types
-
         from sandboxes.controller import Controller
         from sandboxes.providers.kubernetes import KubernetesProvider
 
-        settings = types.SimpleNamespace(
-            SANDMAN_NAMESPACE=NAMESPACE,
-            SANDMAN_KUBECONFIG=str(self.proc.kubeconfig),
-            SANDMAN_K8S_VERIFY_HEALTH=False,
-        )
-        base = KubernetesProvider.from_settings(settings)
         # As ``controller_for`` configures the in-process one.
-        config = dataclasses.replace(base.config, max_workers=16, destroy_attempts=3)
-        base.api_client.close()
+        config = self.proc.provider_config(max_workers=16, destroy_attempts=3)
         ctl = Controller(provider=KubernetesProvider(config), sweep_interval_s=0, **kw)
         ctl.start()
         return ctl

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import datetime as dt
 import gc
 import json
@@ -47,13 +46,12 @@ import sys
 import tempfile
 import threading
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from k8s_burst import NAMESPACE, StandinProcess, pct, setup_django  # noqa: E402
+from k8s_burst import StandinProcess, pct, setup_django  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 IMAGE = "registry.example/task/swe-task:1"
@@ -154,14 +152,7 @@ class Ramp:
 
         self.args = args
         self.standin = StandinProcess(tmp, nodes=args.nodes, speed=1.0, seed=args.seed)
-        settings = types.SimpleNamespace(
-            SANDMAN_NAMESPACE=NAMESPACE,
-            SANDMAN_KUBECONFIG=str(self.standin.kubeconfig),
-            SANDMAN_K8S_VERIFY_HEALTH=False,
-        )
-        base = KubernetesProvider.from_settings(settings)
-        self.config = dataclasses.replace(base.config, topology_spread=True)
-        base.api_client.close()
+        self.config = self.standin.provider_config(topology_spread=True)
         self.provider, self.controller = self._controller(KubernetesProvider, Controller)
         self.owner, _ = get_user_model().objects.get_or_create(username="ramp")
 
