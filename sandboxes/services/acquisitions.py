@@ -20,12 +20,12 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.services.rawinsert import Statements, insert_new_rows, update_rows
+from sandboxes.services.rawinsert import Statements, insert_new_rows, preparers, update_rows
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome
 from sandman_site.errors import InvalidTransition, NotFound
 
@@ -217,14 +217,14 @@ def acquisition_finish_open(rows: Sequence[Acquisition], *, into: Statements | N
     if not rows:
         return
     fields = [_concrete(name) for name in _FINISH_FIELDS]
+    db = connections[DEFAULT_DB_ALIAS]
+    prep = list(zip(preparers(db, fields), [f.attname for f in fields], strict=True))
     params = [
-        [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+        [p(getattr(row, attname)) for p, attname in prep]
         + [row.pk, AcquisitionOutcome.PENDING.value]
         for row in rows
     ]
-    update_rows(
-        connections[DEFAULT_DB_ALIAS], Acquisition, fields, _pending_row(), params, into=into
-    )
+    update_rows(db, Acquisition, fields, _pending_row(), params, into=into)
 
 
 def acquisition_link_sandboxes(

@@ -47,6 +47,7 @@ from sandboxes.services.rawinsert import (
     insert_values,
     member_of,
     prepared_values,
+    preparers,
     update_rows,
 )
 from sandboxes.services.sandboxes import new_sandbox_name, payload
@@ -399,17 +400,15 @@ def insert_events(
     (``rawinsert.insert_values``).
 
     Not ``bulk_create``: building a model per event and compiling the INSERT cost more CPU
-    than the insert itself. Each value is prepared by its field (``get_db_prep_save``), as
-    ``bulk_create`` would (a datetime for SQLite, ``detail`` as JSON). ``into``: the
-    INSERT is added there (``rawinsert.Statements``)."""
+    than the insert itself. Each value is prepared by its field (``get_db_prep_save``, through
+    ``rawinsert.preparers``), as ``bulk_create`` would (a datetime for SQLite, ``detail`` as
+    JSON). ``into``: the INSERT is added there (``rawinsert.Statements``)."""
     if not rows:
         return
     fields = [_concrete(name, SandboxEvent) for name in _EVENT_FIELDS]
     connection = _connection()
-    params = [
-        [f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)]
-        for row in rows
-    ]
+    prep = preparers(connection, fields)
+    params = [[p(value) for p, value in zip(prep, row, strict=True)] for row in rows]
     insert_values(connection, SandboxEvent, fields, params, into=into)
 
 
@@ -432,11 +431,9 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]], into: Statements)
     connection = _connection()
     for fields, members in groups.items():
         model_fields = [_concrete(name) for name in sorted(fields)]
-        params = [
-            [f.get_db_prep_save(getattr(row, f.attname), connection) for f in model_fields]
-            + [row.pk]
-            for row in members
-        ]
+        attnames = [f.attname for f in model_fields]
+        prep = list(zip(preparers(connection, model_fields), attnames, strict=True))
+        params = [[p(getattr(row, attname)) for p, attname in prep] + [row.pk] for row in members]
         update_rows(connection, Sandbox, model_fields, [meta.pk], params, into=into)
 
 
