@@ -2,8 +2,9 @@
 
 Not ``bulk_create`` itself: on the controller's hot writes its INSERT compiler
 (``field_as_sql`` per value, ~20 % of the database executor's CPU in a burst) cost more
-than the insert. Values go through each field's ``pre_save`` then ``get_db_prep_save``, so
-what lands in the table is what ``bulk_create`` would have written.
+than the insert. Values go through each field's ``pre_save`` then ``get_db_prep_save`` (or
+its shortcut for the exact types, :func:`preparers`: the same value), so what lands in the
+table is what ``bulk_create`` would have written.
 
 Round trips: psycopg 3's ``executemany`` is a pipeline, one round trip to send the rows
 and another to sync, however few rows there are (the wait loop's samples dominated a lone
