@@ -26,6 +26,10 @@ no pool, no pacer object, no state machine, no events, no dashboards, no retries
 * ``sandman``: ``bench/scale_ramp.py --steps N --rate R --hold-s 0`` (the controller and a
   driver firing N acquires, the same measurement as ``cpu_per_create.py``).
 
+``--pin``: each stand-in on the machine's last CPU and each controller on the others
+(``k8s_burst.pin_apart``; PostgreSQL and the caches still shared), for an API server on
+another host as far as this machine allows.
+
 The three alternate ``--rounds`` times, each started on a settled host (``hostquiet``) with a
 fresh stand-in process (``manage.py standin_cluster``, realtime, speed 1, ``--nodes``).
 CPU: ``time.process_time()`` of the measuring process from the first create until every pod
@@ -330,6 +334,7 @@ def floor_run(variant: str, tmp: Path, args: argparse.Namespace) -> dict[str, An
             raise RuntimeError(f"the {variant} floor failed:\n{done.stderr[-3000:]}")
         out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         out["standin_cpu_s"] = round(standin.cpu_seconds() - standin_cpu0, 2)
+        out["pinned"] = standin.pinned
     finally:
         standin.stop()
     return {"tree": variant, "host_before_run": quiet} | out
@@ -346,13 +351,21 @@ def main() -> None:
         "--create-threads", type=int, default=CREATE_THREADS, help="the floor's create pool"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "controller_floor.json")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="each stand-in on the last CPU, each controller on the others (k8s_burst.pin_apart)",
+    )
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
-    from k8s_burst import setup_django
+    from k8s_burst import PIN_ENV, setup_django
+
+    if args.pin:
+        os.environ[PIN_ENV] = "1"  # read by every StandinProcess, here and in scale_ramp.py
 
     postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
     variants = [v for v in VARIANTS if postgres or v != "client+db"]
@@ -377,7 +390,7 @@ def main() -> None:
         f" beside Sandman's controller ({baseline_tree.head()}), alternating",
         "server": "none (each controller in its own process, no HTTP front); stand-in out of"
         " process, a fresh one per run",
-        "settings": baseline_tree.in_process_settings(),
+        "settings": baseline_tree.in_process_settings() | {"pinned_apart": args.pin},
         "machine": baseline_tree.machine(),
         "target_ms_per_create": 2.0,
         "summary": summary,

@@ -93,6 +93,24 @@ def setup_django(tmp: Path) -> str:
     return connection.vendor
 
 
+PIN_ENV = "SANDMAN_BENCH_PIN"  # "1": a stand-in process and its controller on separate CPUs
+
+
+def pin_apart(pid: int) -> dict[str, list[int]] | None:
+    """The stand-in (process ``pid``, every thread) on the machine's last CPU, and the
+    calling thread -- so every thread it starts from now on, the controller's -- on the
+    others: an API server on another host, as far as two CPUs allow (the caches and
+    PostgreSQL are still shared). None on one CPU."""
+    cpus = list(range(os.cpu_count() or 1))
+    if len(cpus) < 2:
+        return None
+    apart, own = {cpus[-1]}, set(cpus[:-1])
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), apart)
+    os.sched_setaffinity(0, own)
+    return {"standin": sorted(apart), "controller": sorted(own)}
+
+
 class StandinProcess:
     """``manage.py standin_cluster`` as a direct child; stopped with SIGTERM + wait()."""
 
@@ -118,6 +136,7 @@ class StandinProcess:
             self.stop()
             raise RuntimeError(f"stand-in did not start: {line!r}")
         self.url = line.split("listening on ", 1)[1].split(";", 1)[0].strip()
+        self.pinned = pin_apart(self.proc.pid) if os.environ.get(PIN_ENV) == "1" else None
 
     def provider_config(self, *, verify_health: bool = False, **changes: Any) -> Any:
         """The Kubernetes provider's config as ``SANDMAN_KUBECONFIG`` pointing at this
