@@ -2,8 +2,8 @@
 
 Start-up order matters: the config (and token) is read once, the App starts
 its reaper and shell, the socket is bound, and only then is
-``listening on HOST:PORT`` printed and flushed - it is the first line on
-stdout, so a caller that reads it can connect at once.
+``listening on HOST:PORT`` printed and flushed (``[ADDR]:PORT`` for an IPv6 host) - it
+is the first line on stdout, so a caller that reads it can connect at once.
 
 Shutdown is orderly: the SIGTERM/SIGINT handler only records the request (no
 exception, no lock: it runs between two bytecodes of the main thread, which
@@ -89,7 +89,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         server = Server((cfg.host, cfg.port), app, listen_fd=cfg.listen_fd)
         host, port = server.server_address[:2]
         server.serve_in_thread()
-        sys.stdout.write("listening on %s:%d\n" % (str(host), port))
+        shown = "[%s]" % str(host) if ":" in str(host) else str(host)  # IPv6: [ADDR]:PORT
+        sys.stdout.write("listening on %s:%d\n" % (shown, port))
         sys.stdout.flush()
         stop.wait()
         log.info("signal %d: stopping", stop.signum)

@@ -56,7 +56,13 @@ class Server(ThreadingHTTPServer):
         self.stopping = False
         self._lock = threading.Lock()
         self._connections: Dict[threading.Thread, socket.socket] = {}
+        host = address[0]
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        address = (host, address[1])
         if listen_fd is None:
+            if ":" in host:  # an IPv6 pod IP (an IPv6 or IPv6-first dual-stack cluster)
+                self.address_family = socket.AF_INET6
             super().__init__(address, Handler)
         else:
             super().__init__(address, Handler, bind_and_activate=False)

@@ -66,6 +66,7 @@ def start_execd(tmp_path_factory: Any) -> Iterator[Callable[..., Execd]]:
             raise AssertionError("execd did not start: %r %r" % (line, proc.stderr.read().decode()))  # type: ignore[union-attr]
         port = int(line.rsplit(":", 1)[1])
         d = Execd(proc, port, ws, run_dir)
+        d.listening = line.strip()
         started.append(d)
         return d
 

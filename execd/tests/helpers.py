@@ -67,6 +67,7 @@ class Execd:
         self.workspace = workspace
         self.run_dir = run_dir
         self.pid = proc.pid
+        self.listening = ""  # the "listening on HOST:PORT" line it printed
 
     def client(self, **kw: Any) -> Client:
         return Client(self.port, **kw)

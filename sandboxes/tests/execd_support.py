@@ -14,14 +14,15 @@ from execd.tests.helpers import REPO_ROOT, TOKEN, Execd
 
 
 @contextlib.contextmanager
-def running_execd(tmp_path: Path) -> Iterator[Execd]:
+def running_execd(tmp_path: Path, *, host: str = "127.0.0.1") -> Iterator[Execd]:
     """One execd with the token ``execd.tests.helpers.TOKEN``, its workspace and run
-    directory under ``tmp_path``; on loopback at ``Execd.port``."""
+    directory under ``tmp_path``; on ``host`` (loopback) at ``Execd.port``."""
     ws = tmp_path / "ws"
     ws.mkdir()
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    argv = [sys.executable, "-m", "execd", "--port", "0", "--token-file", str(token_file)]
+    argv = [sys.executable, "-m", "execd", "--host", host, "--port", "0"]
+    argv += ["--token-file", str(token_file)]
     argv += ["--workspace", str(ws), "--run-dir", str(tmp_path / "run"), "--kill-grace", "0.3"]
     argv += ["--probe-egress-target", "127.0.0.1:9", "--probe-egress-timeout", "0.2"]
     proc = subprocess.Popen(

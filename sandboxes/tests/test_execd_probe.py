@@ -181,3 +181,42 @@ async def test_an_unreachable_or_unsendable_check_is_false_and_never_raises(
     address: str, token: str
 ) -> None:
     assert await HealthProbe(timeout_s=5).check("sb", address, token) is False
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_an_ipv6_pod_ip_reaches_its_execd_through_every_client(tmp_path: Path) -> None:
+    """An IPv6 cluster's pod (its ``status.podIP`` an IPv6 address; Kubernetes docs,
+    IPv4/IPv6 dual-stack): the address the informer builds from the pod, ``[ADDR]:PORT``,
+    is checked by the web workers' probe and the controller's check, and served by the
+    trainer-side client, against a real execd listening on that IPv6 address."""
+    import types
+
+    from sandboxes.execd_client import ExecdClient
+    from sandboxes.providers.kubernetes.informer import ready_info
+
+    with running_execd(tmp_path, host="::1") as daemon:
+        pod = {"metadata": {}, "spec": {}, "status": {"podIP": "::1"}}
+        config = types.SimpleNamespace(execd_port=daemon.port)
+        address = ready_info(pod, config).address  # type: ignore[arg-type]
+        assert address == f"[::1]:{daemon.port}"
+        probe, controller = HealthProbe(timeout_s=10), ExecdHealth(timeout_s=10)
+        try:
+            assert await probe.check("sb", address, TOKEN) is True
+            assert await controller.check("sb", address, TOKEN) is True
+            assert await probe.check("sb", address, TOKEN + "x") is False
+        finally:
+            await probe.close()
+            await controller.close()
+        async with ExecdClient(address, TOKEN) as client:
+            assert (await client.health()).ok is True
