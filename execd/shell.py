@@ -24,15 +24,16 @@ import os
 import select
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .bashproc import BashProcess
 from .frames import FrameError, FrameParser, OutputCapture
+from .interrupts import Interrupts
 from .outcome import Busy, Outcome, classify, join, shell_death
 from .procs import Cgroup, ProcessTracker, boot_ticks, kill_processes
 from .protocol import ExecAnswer
 from .streaming import Sink, captures_for
-from .timeouts import Timeout, interrupt
+from .timeouts import Timeout
 
 if TYPE_CHECKING:  # names used in annotations only
     from .reaper import Reaper
@@ -85,9 +86,7 @@ class Shell:
         self.startup_timeout = startup_timeout
         self.whole_sandbox = whole_sandbox
         self._in_startup = False
-        self._current: Optional[Tuple[BashProcess, int]] = None  # running: shell, since
-        self._current_lock = threading.Lock()
-        self._interrupted = False
+        self.interrupts = Interrupts(tracker, clock, self._busy.locked)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -163,13 +162,10 @@ class Shell:
         return report
 
     def interrupt(self) -> Optional[int]:
-        """Interrupt the running command (``timeouts.interrupt``): the process group sent
-        SIGINT (0: a builtin was running, unwound instead), None when none runs."""
-        with self._current_lock:
-            if self._current is None:
-                return None
-            self._interrupted = True
-            return interrupt(self.tracker, *self._current)
+        """Interrupt the running command (``interrupts.Interrupts``: never lost, even before
+        its first job): the process group sent SIGINT (0: none yet, or a builtin was
+        running, unwound instead), None when none runs."""
+        return self.interrupts.request()
 
     def reset(self, kill: bool = True) -> Dict[str, Any]:
         """Kill all the sandbox started (``kill``: unless done already); start a fresh shell."""
@@ -239,8 +235,7 @@ class Shell:
         proc.stage(command)
         since = boot_ticks()
         proc.begin()
-        with self._current_lock:
-            self._current, self._interrupted = (proc, since), False
+        self.interrupts.staged()
         try:
             try:
                 exposed = bool(hooks.get("expose_status_fd"))
@@ -249,6 +244,7 @@ class Shell:
                 outcome = Outcome()
                 outcome.died = True
             else:
+                self.interrupts.sent(proc, since)  # its recovery line only after this
                 outcome = self._exchange(
                     proc,
                     marker,
@@ -259,8 +255,7 @@ class Shell:
                     errors,
                 )
         finally:
-            with self._current_lock:
-                self._current = None
+            self.interrupts.ended()
             proc.end()
         result = self._result(proc, outcome, capture, started, timeout_s, restarted, errors)
         interrupted = result.error_code == "interrupted"
@@ -298,6 +293,7 @@ class Shell:
                 wait = min(wait, 0.05)  # no pidfd: poll for the shell's death
             if capture.due is not None:  # held stream frames: out by then, or with the frame
                 wait = min(wait, capture.due - now)
+            wait = self.interrupts.poll(proc, since, now, wait)
             ready = select.select(fds, [], [], max(wait, 0.0))[0]
             if proc.out_r in ready:
                 proc.read_output(capture)
@@ -358,7 +354,7 @@ class Shell:
             output = (error or "") + "\n"  # what bash would print
         elif error_code == "syntax_error":
             stderr = (error or "") + "\n"
-        if self._interrupted and o.frame is not None and not o.timed_out:
+        if self.interrupts.interrupted and o.frame is not None and not o.timed_out:
             if o.frame.status == 124 and o.frame.kind == "x":  # the unwind of a builtin
                 code = 130
             error, error_code = "interrupted: SIGINT to the foreground process group", "interrupted"

@@ -263,3 +263,23 @@ def test_the_session_limit_is_a_409_naming_it(start_execd) -> None:
     names = [s["name"] for s in c.get("/sessions")["sessions"]]
     assert names == ["default", "two"]
     c.close()
+
+
+def test_an_interrupt_sent_as_soon_as_the_session_is_busy_is_never_lost(execd, client) -> None:
+    """An agent framework interrupts as soon as the session says it is busy (SWE-ReX's
+    ``BashInterruptAction``): that can be before bash has read the command, or before it
+    forked the command's first job. The interrupt must still stop that command, not
+    vanish and leave it running to its timeout."""
+    for _ in range(12):
+        running = Running(execd.port, "sleep 20; echo after", timeout_s=8)
+        until = time.monotonic() + 10
+        while not any(
+            s["name"] == "default" and s["busy"] for s in client.get("/sessions")["sessions"]
+        ):
+            assert time.monotonic() < until, "the command never started"
+        sent = client.post("/sessions/default/interrupt")
+        assert sent["interrupted"] is True
+        res = running.result()
+        assert (res["exit_code"], res["error_code"]) == (130, "interrupted"), res
+        assert "after" not in res["output"]
+    assert client.exec("echo ok")["output"] == "ok\n"
