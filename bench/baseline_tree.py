@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,30 @@ def machine(**extra: Any) -> dict[str, Any]:
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         **extra,
     }
+
+
+def write_cpu_per_create(
+    out: Path,
+    *,
+    benchmark: str,
+    what: str,
+    server: str,
+    settings: dict[str, Any],
+    summary: dict[str, Any],
+    runs: list[dict[str, Any]],
+) -> None:
+    """Store a controller-CPU-per-create result, issue 13 item 3's target beside it."""
+    write(
+        out,
+        {
+            "benchmark": benchmark,
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "what": what,
+            "server": server,
+            "settings": settings,
+            "machine": machine(),
+            "target_ms_per_create": 2.0,
+            "summary": summary,
+            "runs": runs,
+        },
+    )

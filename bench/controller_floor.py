@@ -382,21 +382,18 @@ def main() -> None:
         values = [r[key] for r in runs if r["tree"] == tag]
         summary[tag] = {"runs": len(values), "median_ms_per_create": statistics.median(values),
                         "min": min(values), "max": max(values)}  # fmt: skip
-    result = {
-        "benchmark": "controller_floor",
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "what": f"CPU per create over one burst of {args.steps} creates paced at {args.rate}/s:"
+    baseline_tree.write_cpu_per_create(
+        args.out,
+        benchmark="controller_floor",
+        what=f"CPU per create over one burst of {args.steps} creates paced at {args.rate}/s:"
         f" a floor controller (the client alone; the client and the least durable record)"
         f" beside Sandman's controller ({baseline_tree.head()}), alternating",
-        "server": "none (each controller in its own process, no HTTP front); stand-in out of"
+        server="none (each controller in its own process, no HTTP front); stand-in out of"
         " process, a fresh one per run",
-        "settings": baseline_tree.in_process_settings() | {"pinned_apart": args.pin},
-        "machine": baseline_tree.machine(),
-        "target_ms_per_create": 2.0,
-        "summary": summary,
-        "runs": runs,
-    }
-    baseline_tree.write(args.out, result)
+        settings=baseline_tree.in_process_settings() | {"pinned_apart": args.pin},
+        summary=summary,
+        runs=runs,
+    )
 
 
 if __name__ == "__main__":

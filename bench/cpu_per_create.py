@@ -91,19 +91,16 @@ def main() -> None:
                   if r["tree"] == tag and "drain_cpu_ms_per_sandbox" in r]  # fmt: skip
         if drains:  # the drain after the burst: each sandbox's delete, not in the figure above
             summary[tag]["drain_median_ms_per_sandbox"] = statistics.median(drains)
-    result = {
-        "benchmark": "cpu_per_create",
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "what": f"controller CPU per create over one burst of {args.steps} acquires (job "
+    baseline_tree.write_cpu_per_create(
+        args.out,
+        benchmark="cpu_per_create",
+        what=f"controller CPU per create over one burst of {args.steps} acquires (job "
         f"bucket {args.rate}/s), baseline {args.baseline} and this tree ({head}) alternating",
-        "server": "none (controller in process, no HTTP front); stand-in out of process",
-        "settings": baseline_tree.in_process_settings(),
-        "machine": baseline_tree.machine(),
-        "target_ms_per_create": 2.0,
-        "summary": summary,
-        "runs": runs,
-    }
-    baseline_tree.write(args.out, result)
+        server="none (controller in process, no HTTP front); stand-in out of process",
+        settings=baseline_tree.in_process_settings(),
+        summary=summary,
+        runs=runs,
+    )
 
 
 if __name__ == "__main__":

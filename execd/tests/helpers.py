@@ -115,3 +115,17 @@ def is_running(pid: int) -> bool:
 
 def read_pids(*paths: Any) -> List[int]:
     return [int(open(str(p)).read().split()[0]) for p in paths]
+
+
+def ipv6_loopback() -> bool:
+    """Whether this machine can listen on ::1 (the IPv6 pod IP tests need it)."""
+    import socket
+
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True

@@ -14,21 +14,9 @@ from typing import Any, Callable
 
 import pytest
 
-from execd.tests.helpers import TOKEN
+from execd.tests.helpers import TOKEN, ipv6_loopback
 
-
-def _ipv6_loopback() -> bool:
-    if not socket.has_ipv6:
-        return False
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+pytestmark = pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
 
 
 @pytest.mark.parametrize("host", ["::1", "[::1]"])

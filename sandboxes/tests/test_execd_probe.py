@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from execd.tests.helpers import TOKEN, Execd
+from execd.tests.helpers import TOKEN, Execd, ipv6_loopback
 from sandboxes.execd_probe import MAX_BODY, HealthProbe
 from sandboxes.providers.local.health import ExecdHealth
 from sandboxes.tests.execd_support import running_execd
@@ -183,18 +183,7 @@ async def test_an_unreachable_or_unsendable_check_is_false_and_never_raises(
     assert await HealthProbe(timeout_s=5).check("sb", address, token) is False
 
 
-def _ipv6_loopback() -> bool:
-    import socket
-
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback here")
 async def test_an_ipv6_pod_ip_reaches_its_execd_through_every_client(tmp_path: Path) -> None:
     """An IPv6 cluster's pod (its ``status.podIP`` an IPv6 address; Kubernetes docs,
     IPv4/IPv6 dual-stack): the address the informer builds from the pod, ``[ADDR]:PORT``,
