@@ -202,8 +202,12 @@ def _preparer(connection: BaseDatabaseWrapper, field: Field[Any, Any]) -> Prepar
 
 
 def _build_preparer(connection: BaseDatabaseWrapper, field: Field[Any, Any]) -> Preparer:
+    alias = connection.alias
+
     def django(value: Any) -> Any:
-        return field.get_db_prep_save(value, connection)
+        # The calling thread's connection of the alias, not the one this was built with:
+        # preparers are shared by every thread (the database executor's, a request's).
+        return field.get_db_prep_save(value, connections[alias])
 
     if connection.vendor != "postgresql":
         return django

@@ -106,3 +106,38 @@ def test_on_postgresql_the_exact_types_skip_djangos_chain(monkeypatch: pytest.Mo
 
 def _never(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("Django's chain was asked")
+
+
+def test_a_value_django_prepares_uses_the_calling_threads_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Preparers are built once and shared by every thread (the database executor's, a
+    request's); a value that takes Django's chain gets the connection of the thread that
+    prepares it, never that of the thread the preparer was first built on (Django's
+    connections are per thread)."""
+    import threading
+
+    from sandboxes.models import Sandbox
+
+    field = Sandbox._meta.get_field("cpu_millis")
+    built_on = connections[DEFAULT_DB_ALIAS]
+    prepare = preparers(built_on, [field])[0]  # type: ignore[list-item]
+    seen: list[Any] = []
+
+    def recording(value: Any, connection: Any) -> Any:
+        seen.append(connection)
+        return value
+
+    monkeypatch.setattr(field, "get_db_prep_save", recording)
+    here: list[Any] = []
+
+    def elsewhere() -> None:
+        here.append(connections[DEFAULT_DB_ALIAS])
+        prepare(True)  # a bool on an integer field: Django's chain
+        connections.close_all()
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert here[0] is not built_on  # a thread of its own has a connection of its own
+    assert seen == [here[0]]
