@@ -22,6 +22,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sandboxes.apis.fastpath import hot_routes  # noqa: E402
+from sandman_site.diagnostics import enable_stack_dumps  # noqa: E402
 from sandman_site.heap import freeze_start_up  # noqa: E402
 from sandman_site.lifespan import lifespan  # noqa: E402
 from sandman_site.routing import websocket_urlpatterns  # noqa: E402
@@ -80,6 +81,7 @@ def warm_up() -> None:
             )
 
 
+enable_stack_dumps()  # kill -USR1 <pid>: every thread's stack on stderr
 application = build_application(serve_static=bool(getattr(settings, "SANDMAN_SERVE_STATIC", True)))
 warm_up()
 

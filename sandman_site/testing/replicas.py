@@ -9,6 +9,7 @@ whatever environment the test adds (backend, Lease timing, Redis). Stopped with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,11 +20,15 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+
+from sandman_site.diagnostics import DUMP_SIGNAL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,15 +60,36 @@ def production_env(extra: dict[str, str]) -> dict[str, str]:
     }
 
 
-def interrupt(proc: subprocess.Popen[Any], timeout_s: float = 30) -> None:
-    """SIGINT (an orderly stop), SIGKILL if it has not ended within ``timeout_s``; waited."""
+class StuckStop(UserWarning):
+    """A service process that had not ended ``timeout_s`` after its SIGINT: a bug in its
+    orderly stop. Its message holds the end of the process's log, with the stacks of its
+    threads (``sandman_site.diagnostics``) printed just before it was killed."""
+
+
+DUMP_WAIT_S = 2.0  # for the stacks to be printed; the process is killed after
+
+
+def interrupt(
+    proc: subprocess.Popen[Any], timeout_s: float = 30, *, log: Callable[[], str] | None = None
+) -> None:
+    """SIGINT (an orderly stop), SIGKILL if it has not ended within ``timeout_s``; waited.
+    One that had to be killed is reported as a :class:`StuckStop` warning, with its threads'
+    stacks (asked for with SIGUSR1 first) in ``log()``'s text."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            proc.send_signal(DUMP_SIGNAL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=DUMP_WAIT_S)  # it may still end by itself meanwhile
             proc.kill()
             proc.wait()
+            tail = log() if log is not None else "(no log)"
+            warnings.warn(
+                StuckStop(f"{proc.args!r} had not ended {timeout_s} s after SIGINT:\n{tail}"),
+                stacklevel=2,
+            )
 
 
 def terminate(proc: subprocess.Popen[Any], timeout_s: float) -> int:
@@ -94,9 +120,9 @@ class Replica:
             stderr=subprocess.STDOUT,
         )
 
-    def output(self) -> str:
+    def output(self, chars: int = 4000) -> str:
         self.log.seek(0)
-        return self.log.read()[-4000:]
+        return self.log.read()[-chars:]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -108,7 +134,7 @@ class Replica:
         return terminate(self.proc, timeout_s)
 
     def stop(self) -> None:
-        interrupt(self.proc)
+        interrupt(self.proc, log=lambda: self.output(12000))
         self.log.close()
 
 
@@ -168,16 +194,16 @@ class ControllerProcess:
             if b"listening" in line:
                 self.listening.set()
 
-    def output(self) -> str:
+    def output(self, chars: int = 4000) -> str:
         self.log.seek(0)
-        return self.log.read()[-4000:]
+        return self.log.read()[-chars:]
 
     def terminate(self, timeout_s: float = 120) -> int:
         """SIGTERM (what the kubelet sends first) and wait for the exit; its code."""
         return terminate(self.proc, timeout_s)
 
     def stop(self) -> None:
-        interrupt(self.proc)
+        interrupt(self.proc, log=lambda: self.output(12000))
         self._reader.join(30)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
@@ -217,9 +243,9 @@ class SplitService:
             stderr=subprocess.STDOUT,
         )
 
-    def output(self) -> str:
+    def output(self, chars: int = 4000) -> str:
         self.log.seek(0)
-        return self.log.read()[-4000:]
+        return self.log.read()[-chars:]
 
     def workers(self) -> list[int]:
         """The web worker processes' pids (the uvicorn supervisor's spawned children; not
@@ -245,7 +271,7 @@ class SplitService:
     def stop(self) -> None:
         for proc in (self.server, self.controller):
             if proc is not None:
-                interrupt(proc)
+                interrupt(proc, log=lambda: self.output(12000))
         if self.controller.stdout is not None:
             self.controller.stdout.close()
         self.log.close()

@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sandboxes.controller import ControllerRpcServer, get_controller
 from sandman_site import startup
+from sandman_site.diagnostics import enable_stack_dumps
 from sandman_site.heap import freeze_start_up
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class Command(BaseCommand):
         path = options["socket"] or settings.SANDMAN_CONTROLLER_SOCKET
         if not path:
             raise CommandError("set SANDMAN_CONTROLLER_SOCKET (or --socket) to a socket path")
+        enable_stack_dumps()  # kill -USR1 <pid>: every thread's stack on stderr
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
