@@ -34,6 +34,9 @@ DELETED = "deleted"
 ADOPTED = "adopted"  # found at start-up and known to the database
 # in use, handed to an acquire a restart cut, claimed by no retry within the grace
 UNCLAIMED = "unclaimed_after_restart"
+# in use, handed out after its acquire had ended (cancelled, timed out), its controller
+# stopped before the delete that follows such a hand-out: taken back by the next one
+UNANSWERED = "unanswered_hand_out"
 POD_CAP = "pod_cap"
 ACQUIRE_TIMEOUT = "acquire_timeout"
 # Added by the pool/controller (never rename):

@@ -18,6 +18,10 @@ Rules (paper §4.4, "what survives a restart"):
   already handed its sandbox still names it; that sandbox is adopted in use *unclaimed*,
   for the keyed retry or a renew, else taken back after the grace (maintenance.py,
   services/recovery.py).
+* A listed sandbox whose row is ``in_use`` but that no acquisition can have been answered
+  with, nor anyone claim (``services/recovery.sandboxes_unanswered``: handed out after its
+  acquire had ended, the delete that follows cut by the earlier controller's stop) is held
+  by nobody: it is deleted, with an ``unanswered_hand_out`` event, never adopted.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from sandboxes.services import (
     sandbox_mark_gone,
 )
 from sandboxes.services.batch_deletes import DeleteRequest
+from sandboxes.services.recovery import UNANSWERED_HAND_OUT, sandboxes_unanswered
 from sandboxes.states import JobState, SandboxState
 
 T = TypeVar("T")
@@ -100,12 +105,15 @@ class Reconciler:
         # Offers of an earlier controller: withdrawn before the rows are read, so a pod is
         # either claimed (read in use) or this controller's warm pod (offered again later).
         await self._offers.clear()
-        unanswered = await db(
+        unanswered_rows = await db(
             acquisitions_close_unanswered,
             started_before=state.since or now,
             now=now,
             backend=state.backend,
         )
+        # Read once the earlier controller's pending rows are ended, before the listing:
+        # a hand-out of this controller names its own pending row, so none is in it.
+        unanswered = set(await db(sandboxes_unanswered, backend=state.backend))
         owned = {o.name: o for o in await state.provider.list_owned()}
         rows = await db(queries.rows_not_deleted, backend=state.backend)
         # Taken once, as the rows are read: a create that settles later in the reconcile
@@ -117,9 +125,10 @@ class Reconciler:
             "deleted": 0,
             "unknown": 0,
             "gone": 0,
-            "unanswered_acquisitions": len(unanswered),
+            "unanswered_acquisitions": len(unanswered_rows),
+            "unanswered_hand_outs": 0,
         }
-        orders = await self._settle_listed(owned, rows, ours, counts, now)
+        orders = await self._settle_listed(owned, rows, ours, unanswered, counts, now)
         confirmed: list[str] = []  # deletes the backend already finished: batched below
         for row in rows:
             if row.id in ours:
@@ -153,6 +162,7 @@ class Reconciler:
         owned: dict[str, OwnedSandbox],
         rows: list[SandboxRow],
         ours: set[int],
+        unanswered: set[int],
         counts: dict[str, int],
         now: dt.datetime,
     ) -> dict[str, DeleteOrder]:
@@ -178,6 +188,9 @@ class Reconciler:
                     reason="reconcile_unknown",
                     now=now,
                 )
+            elif row.state == SandboxState.IN_USE and row.id in unanswered:
+                counts["unanswered_hand_outs"] += 1
+                deleting.append(row)
             elif _adoptable(row, item.phase or ""):
                 await self._adopt(row)
                 adopted.append(row)
@@ -187,7 +200,7 @@ class Reconciler:
                 deleting.append(row)
         # A failover mid-burst leaves up to ``max_creating`` creates per job to delete.
         begun = await _all(
-            self._batcher.begin_delete(DeleteRequest(row.id, "reconcile", now)) for row in deleting
+            self._batcher.begin_delete(_delete_request(row, unanswered, now)) for row in deleting
         )
         for row, order in zip(deleting, begun, strict=True):
             if order is not None:
@@ -228,6 +241,12 @@ class Reconciler:
                     reused=row.reuse_count > 0,
                 )
             )
+
+
+def _delete_request(row: SandboxRow, unanswered: set[int], now: dt.datetime) -> DeleteRequest:
+    if row.state == SandboxState.IN_USE and row.id in unanswered:
+        return DeleteRequest(row.id, UNANSWERED_HAND_OUT, now, kind=events.UNANSWERED)
+    return DeleteRequest(row.id, "reconcile", now)
 
 
 async def _all(writes: Iterable[Awaitable[T]]) -> list[T]:

@@ -18,6 +18,13 @@ Rules a reader must not break (docs/architecture.md §7):
   reclaim never both win.
 * A sandbox named by an ``ok`` row is never reclaimed here: an answer that left with its
   finish committed is the trainer's (its lifetime reclaim still applies).
+* An in-use sandbox that NO row can have answered or can let anyone claim -- none ``ok``,
+  none ``pending``, none ended ``service_restarted`` names it -- is held by nobody
+  (:func:`sandboxes_unanswered`): a created pod's hand-out that committed after its acquire
+  had ended (cancelled, timed out; the hand-out names only a ``pending`` row), whose
+  controller stopped before the delete that follows such a hand-out (``creates.py``). The
+  next controller's reconcile takes it back at once (``reconcile.py``): no retry or renew
+  can name it, so no grace applies.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from sandboxes import events
 from sandboxes.models import Acquisition, Sandbox
@@ -39,6 +46,7 @@ from sandboxes.services.rawinsert import quoted_column
 from sandboxes.states import AcquisitionOutcome, SandboxState
 
 UNCLAIMED_AFTER_RESTART = events.UNCLAIMED
+UNANSWERED_HAND_OUT = events.UNANSWERED
 RECOVERED = "recovered: handed out by acquisition {earlier}, whose answer a restart cut"
 CLAIMED_BY_RENEW = "claimed: renewed by its trainer after acquisition {earlier} was cut"
 
@@ -180,6 +188,17 @@ def _unclaimed(backend: str) -> QuerySet[Sandbox]:
         .filter(Exists(cut))
         .exclude(Exists(ok))
     )
+
+
+def sandboxes_unanswered(*, backend: str) -> list[int]:
+    """Ids of in-use sandboxes of ``backend`` that no acquisition names as answered
+    (``ok``), in flight (``pending``) or cut by a restart: held by nobody (rules above).
+    Read by a reconcile, after the earlier controller's ``pending`` rows were ended."""
+    named = Acquisition.objects.filter(sandbox_id=OuterRef("pk")).filter(
+        Q(outcome__in=[AcquisitionOutcome.OK, AcquisitionOutcome.PENDING]) | Q(**_restarted())
+    )
+    held = Sandbox.objects.filter(backend=backend, state=SandboxState.IN_USE)
+    return sorted(held.exclude(Exists(named)).values_list("pk", flat=True))
 
 
 def sandboxes_unclaimed(*, backend: str) -> list[int]:

@@ -15,6 +15,10 @@ from sandboxes import events
 from sandboxes.controller import PrewarmKey
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
 from sandboxes.services import sandbox_mark_creating, sandbox_request
+from sandboxes.services.acquisitions import acquisition_finish, acquisition_start
+from sandboxes.services.batch import sandbox_moves_apply
+from sandboxes.services.moves import hand_out_move
+from sandboxes.services.recovery import acquisition_recover, sandboxes_unanswered
 from sandboxes.tests.conftest import local_provider
 from sandboxes.tests.controller_support import (
     IMAGE,
@@ -134,3 +138,61 @@ def test_sandboxes_that_died_with_the_old_controller_are_cleaned_up_not_adopted(
     assert not (sandbox_root / got.name).exists()
     assert not SandboxEvent.objects.filter(kind=events.ADOPTED).exists()
     assert PendingDelete.objects.count() == 0
+
+
+def test_an_in_use_sandbox_no_acquire_was_answered_with_is_deleted_not_adopted(
+    make_controller, sandbox_root, spawner
+):
+    """A created pod's hand-out can commit after its acquire ended (the acquire cancelled:
+    its row is finished first, so the hand-out names no row), and a controller that stops
+    right then never sends the delete that follows such a hand-out (``creates.py``; seen
+    in ``test_failover.py`` on a loaded host: a SIGTERMed leader's in-flight acquire). No
+    trainer holds that sandbox and no retry or renew can claim it: the next controller
+    deletes it. Its neighbour, handed to an answered acquire, is adopted as before.
+
+    The rows are written through the services the controller uses, in that order."""
+    job = make_job()
+    first = make_controller(provider=surviving(sandbox_root, spawner))
+    answered = first.acquire(**acquire_args(job))
+    first.prewarm(job_id=job.pk, keys=[PrewarmKey(image=IMAGE, base_commit=None, count=1, **SPEC)])
+    first.wait_idle()
+    late = Sandbox.objects.get(job=job, state="ready")
+    first.stop()
+    late_pid = pid_of(sandbox_root, late.name)
+
+    now = dt.datetime.now(dt.UTC)
+    opened = acquisition_start(
+        job_id=job.pk, role="rollout", image=IMAGE, key_hash=late.key_hash, now=now,
+        idempotency_key="k-late",
+    )  # fmt: skip
+    acquisition_finish(
+        acquisition_id=opened.pk, outcome="cancelled", now=now, detail="CancelledError: "
+    )
+    [moved] = sandbox_moves_apply(
+        moves=[
+            hand_out_move(
+                sandbox_id=late.pk,
+                source="created",
+                role="rollout",
+                now=now,
+                acquisition_id=opened.pk,
+            )
+        ]
+    )
+    assert isinstance(moved, Sandbox) and moved.state == "in_use"
+    opened.refresh_from_db()
+    assert opened.sandbox_id is None  # the ended row was not rewritten: nothing names it
+    assert sandboxes_unanswered(backend="local") == [late.pk]
+    assert process_alive(late_pid)
+
+    make_controller(provider=surviving(sandbox_root, spawner))  # reconciles in start()
+    assert state(answered.sandbox_id) == "in_use"
+    adopted = SandboxEvent.objects.filter(kind=events.ADOPTED)
+    assert set(adopted.values_list("sandbox_id", flat=True)) == {answered.sandbox_id}
+    taken = SandboxEvent.objects.get(sandbox_id=late.pk, kind=events.UNANSWERED)
+    assert taken.detail == {"reason": "unanswered_hand_out"}
+    wait_until(lambda: state(late.pk) == "deleted", what="the unanswered hand-out deleted")
+    assert not process_alive(late_pid) and not (sandbox_root / late.name).exists()
+    assert sandboxes_unanswered(backend="local") == []
+    # the cancelled acquire's keyed retry has nothing to recover (a sandbox of its own)
+    assert acquisition_recover(job_id=job.pk, key="k-late", now=now) is None
