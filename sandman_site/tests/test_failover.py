@@ -48,7 +48,7 @@ from rest_framework.authtoken.models import Token
 from sandboxes import labels as L
 from sandboxes.client import Client
 from sandboxes.client import Sandbox as ClientSandbox
-from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox
+from sandboxes.models import Acquisition, Job, PendingDelete, Sandbox, SandboxEvent
 from sandman_site.testing.replicas import Api, Replica, status_of
 from sandman_site.testing.service import LabelService
 from standin import StandinCluster
@@ -131,6 +131,24 @@ def replica_env(identity: str, kubeconfig: Path) -> dict[str, str]:
         "SANDMAN_POD_NAMESPACE": SERVICE_NS,
         "SANDMAN_SWEEP_INTERVAL_S": "1",
     }
+
+
+def history(job_id: int) -> str:
+    """The job's acquisitions and each sandbox's events, for an assertion's message."""
+    lines = [
+        f"acquisition {a['id']}: {a['outcome']} sandbox={a['sandbox_id']}"
+        f" key={a['idempotency_key'][:12]} {a['detail']}"
+        for a in Acquisition.objects.filter(job_id=job_id)
+        .order_by("pk")
+        .values("id", "outcome", "sandbox_id", "idempotency_key", "detail")
+    ]
+    for sandbox in Sandbox.objects.filter(job_id=job_id).order_by("pk"):
+        kinds = SandboxEvent.objects.filter(sandbox=sandbox).order_by("pk")
+        lines.append(
+            f"sandbox {sandbox.pk} {sandbox.state}: "
+            + ", ".join(f"{e.kind}{e.detail or ''}" for e in kinds)
+        )
+    return "\n".join(lines)
 
 
 def leader_label(cluster: StandinCluster, pod: str) -> str | None:
@@ -346,7 +364,7 @@ def test_a_sigtermed_leader_releases_the_lease_after_its_controller_stopped_and_
     held = {kept["sandbox_id"], first.sandbox_id, second.sandbox_id}
     assert len(held) == 3
     in_use = Sandbox.objects.filter(job_id=job["id"], state="in_use")
-    assert set(in_use.values_list("pk", flat=True)) == held
+    assert set(in_use.values_list("pk", flat=True)) == held, history(job["id"])
     assert audit(cluster, None, at="after the SIGTERM failover").ownerless == []
 
     first.release()
