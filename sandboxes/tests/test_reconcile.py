@@ -10,15 +10,15 @@ die with the old controller and must be cleaned up, not adopted.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sandboxes import events
 from sandboxes.controller import PrewarmKey
 from sandboxes.models import PendingDelete, Sandbox, SandboxEvent
 from sandboxes.services import sandbox_mark_creating, sandbox_request
 from sandboxes.services.acquisitions import acquisition_finish, acquisition_start
-from sandboxes.services.batch import sandbox_moves_apply
-from sandboxes.services.moves import hand_out_move
 from sandboxes.services.recovery import acquisition_recover, sandboxes_unanswered
+from sandboxes.tests.batch_support import hand_out_created
 from sandboxes.tests.conftest import local_provider
 from sandboxes.tests.controller_support import (
     IMAGE,
@@ -40,16 +40,23 @@ def surviving(root, spawner) -> SurvivingProvider:
     return local_provider(root, isolation="off", cls=SurvivingProvider, spawner=spawner)
 
 
-def test_a_restarted_controller_adopts_known_sandboxes_and_deletes_the_rest(
-    make_controller, sandbox_root, spawner
-):
-    job = make_job()
-    first = make_controller(provider=surviving(sandbox_root, spawner))
+def one_in_use_one_warm(make_controller, provider, job) -> tuple[Any, Sandbox]:
+    """A controller on ``provider`` acquires one sandbox and prewarms one, then stops:
+    the acquire's answer and the warm row (both left running by a surviving provider)."""
+    first = make_controller(provider=provider)
     in_use = first.acquire(**acquire_args(job))
     first.prewarm(job_id=job.pk, keys=[PrewarmKey(image=IMAGE, base_commit=None, count=1, **SPEC)])
     first.wait_idle()
     warm = Sandbox.objects.get(job=job, state="ready")
     first.stop()
+    return in_use, warm
+
+
+def test_a_restarted_controller_adopts_known_sandboxes_and_deletes_the_rest(
+    make_controller, sandbox_root, spawner
+):
+    job = make_job()
+    in_use, warm = one_in_use_one_warm(make_controller, surviving(sandbox_root, spawner), job)
 
     stray, stray_pid = create_unknown_sandbox(sandbox_root)
     orphan = sandbox_request(
@@ -152,12 +159,7 @@ def test_an_in_use_sandbox_no_acquire_was_answered_with_is_deleted_not_adopted(
 
     The rows are written through the services the controller uses, in that order."""
     job = make_job()
-    first = make_controller(provider=surviving(sandbox_root, spawner))
-    answered = first.acquire(**acquire_args(job))
-    first.prewarm(job_id=job.pk, keys=[PrewarmKey(image=IMAGE, base_commit=None, count=1, **SPEC)])
-    first.wait_idle()
-    late = Sandbox.objects.get(job=job, state="ready")
-    first.stop()
+    answered, late = one_in_use_one_warm(make_controller, surviving(sandbox_root, spawner), job)
     late_pid = pid_of(sandbox_root, late.name)
 
     now = dt.datetime.now(dt.UTC)
@@ -168,18 +170,7 @@ def test_an_in_use_sandbox_no_acquire_was_answered_with_is_deleted_not_adopted(
     acquisition_finish(
         acquisition_id=opened.pk, outcome="cancelled", now=now, detail="CancelledError: "
     )
-    [moved] = sandbox_moves_apply(
-        moves=[
-            hand_out_move(
-                sandbox_id=late.pk,
-                source="created",
-                role="rollout",
-                now=now,
-                acquisition_id=opened.pk,
-            )
-        ]
-    )
-    assert isinstance(moved, Sandbox) and moved.state == "in_use"
+    hand_out_created(late.pk, acquisition_id=opened.pk, now=now)
     opened.refresh_from_db()
     assert opened.sandbox_id is None  # the ended row was not rewritten: nothing names it
     assert sandboxes_unanswered(backend="local") == [late.pk]

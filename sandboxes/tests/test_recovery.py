@@ -34,6 +34,7 @@ from sandboxes.services.recovery import (
 )
 from sandboxes.states import AcquisitionOutcome, SandboxState
 from sandboxes.tests.api_support import api, make_job, make_user, seed_sandbox
+from sandboxes.tests.batch_support import hand_out_created
 
 pytestmark = pytest.mark.django_db
 
@@ -54,18 +55,7 @@ def cut_hand_out(job, *, key: str = "k-1", restart: bool = True) -> tuple[Sandbo
         idempotency_key=key,
     )
     sandbox = seed_sandbox(job)
-    [moved] = sandbox_moves_apply(
-        moves=[
-            hand_out_move(
-                sandbox_id=sandbox.pk,
-                source="created",
-                role="rollout",
-                now=now,
-                acquisition_id=opened.pk,
-            )
-        ]
-    )
-    assert isinstance(moved, Sandbox) and moved.state == SandboxState.IN_USE
+    hand_out_created(sandbox.pk, acquisition_id=opened.pk, now=now)
     opened.refresh_from_db()
     assert opened.outcome == AcquisitionOutcome.PENDING
     assert opened.sandbox_id == sandbox.pk  # named in the hand-out's own transaction
