@@ -25,7 +25,12 @@ from django.db.models import Field
 
 from sandboxes.models import Acquisition
 from sandboxes.services._publish import publish_on_commit
-from sandboxes.services.rawinsert import Statements, insert_new_rows, preparers, update_rows
+from sandboxes.services.rawinsert import (
+    Statements,
+    attribute_values,
+    insert_new_rows,
+    update_rows,
+)
 from sandboxes.states import ACQUISITION_TRANSITIONS, AcquisitionOutcome
 from sandman_site.errors import InvalidTransition, NotFound
 
@@ -218,11 +223,9 @@ def acquisition_finish_open(rows: Sequence[Acquisition], *, into: Statements | N
         return
     fields = [_concrete(name) for name in _FINISH_FIELDS]
     db = connections[DEFAULT_DB_ALIAS]
-    prep = list(zip(preparers(db, fields), [f.attname for f in fields], strict=True))
     params = [
-        [p(getattr(row, attname)) for p, attname in prep]
-        + [row.pk, AcquisitionOutcome.PENDING.value]
-        for row in rows
+        values + [row.pk, AcquisitionOutcome.PENDING.value]
+        for row, values in zip(rows, attribute_values(db, fields, rows), strict=True)
     ]
     update_rows(db, Acquisition, fields, _pending_row(), params, into=into)
 

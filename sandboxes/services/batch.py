@@ -44,6 +44,7 @@ from sandboxes.services.acquisitions import (
 from sandboxes.services.moves import SandboxMove, hand_out_move, plan_move
 from sandboxes.services.rawinsert import (
     Statements,
+    attribute_values,
     insert_values,
     member_of,
     prepared_values,
@@ -431,9 +432,12 @@ def _save_many(rows: Sequence[tuple[Sandbox, frozenset[str]]], into: Statements)
     connection = _connection()
     for fields, members in groups.items():
         model_fields = [_concrete(name) for name in sorted(fields)]
-        attnames = [f.attname for f in model_fields]
-        prep = list(zip(preparers(connection, model_fields), attnames, strict=True))
-        params = [[p(getattr(row, attname)) for p, attname in prep] + [row.pk] for row in members]
+        params = [
+            values + [row.pk]
+            for row, values in zip(
+                members, attribute_values(connection, model_fields, members), strict=True
+            )
+        ]
         update_rows(connection, Sandbox, model_fields, [meta.pk], params, into=into)
 
 

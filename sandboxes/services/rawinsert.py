@@ -165,6 +165,15 @@ def prepared_values(
     return fields, params
 
 
+def attribute_values(
+    connection: BaseDatabaseWrapper, fields: Sequence[Field[Any, Any]], rows: Sequence[Model]
+) -> list[list[Any]]:
+    """Each row's current values of ``fields`` (their attributes, no ``pre_save``), prepared
+    as an ``UPDATE`` of them would be: the parameters of :func:`update_rows`' columns."""
+    prep = list(zip(preparers(connection, fields), [f.attname for f in fields], strict=True))
+    return [[p(getattr(row, attname)) for p, attname in prep] for row in rows]
+
+
 Preparer = Callable[[Any], Any]
 # (alias, vendor, field id) -> its preparer; the fields are the models' own, alive as long
 # as the process.
