@@ -171,7 +171,7 @@ class Reconciler:
         orders: dict[str, DeleteOrder] = {}
         by_name = {row.name: row for row in rows}
         adopted: list[SandboxRow] = []
-        deleting: list[SandboxRow] = []
+        deleting: list[tuple[str, DeleteRequest]] = []  # (name, its delete)
         for name, item in owned.items():
             row = by_name.get(name)
             if row is not None and row.id in ours:
@@ -190,21 +190,20 @@ class Reconciler:
                 )
             elif row.state == SandboxState.IN_USE and row.id in unanswered:
                 counts["unanswered_hand_outs"] += 1
-                deleting.append(row)
+                unheld = DeleteRequest(row.id, UNANSWERED_HAND_OUT, now, kind=events.UNANSWERED)
+                deleting.append((name, unheld))
             elif _adoptable(row, item.phase or ""):
                 await self._adopt(row)
                 adopted.append(row)
                 counts["adopted"] += 1
             else:
                 counts["deleted"] += 1
-                deleting.append(row)
+                deleting.append((name, DeleteRequest(row.id, "reconcile", now)))
         # A failover mid-burst leaves up to ``max_creating`` creates per job to delete.
-        begun = await _all(
-            self._batcher.begin_delete(_delete_request(row, unanswered, now)) for row in deleting
-        )
-        for row, order in zip(deleting, begun, strict=True):
+        begun = await _all(self._batcher.begin_delete(request) for _, request in deleting)
+        for (name, _), order in zip(deleting, begun, strict=True):
             if order is not None:
-                orders[row.name] = order
+                orders[name] = order
         # Every adoption's event at once, through the batcher (batches of up to 500): one
         # write each, in sequence, held a new leader's reconcile ~1-2 ms per live sandbox.
         await _all(
@@ -241,12 +240,6 @@ class Reconciler:
                     reused=row.reuse_count > 0,
                 )
             )
-
-
-def _delete_request(row: SandboxRow, unanswered: set[int], now: dt.datetime) -> DeleteRequest:
-    if row.state == SandboxState.IN_USE and row.id in unanswered:
-        return DeleteRequest(row.id, UNANSWERED_HAND_OUT, now, kind=events.UNANSWERED)
-    return DeleteRequest(row.id, "reconcile", now)
 
 
 async def _all(writes: Iterable[Awaitable[T]]) -> list[T]:
