@@ -23,7 +23,7 @@ import urllib.request
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from django.conf import settings
 from django.db import connection
@@ -58,6 +58,12 @@ def production_env(extra: dict[str, str]) -> dict[str, str]:
         "SANDMAN_LOG_LEVEL": "WARNING",
         **extra,
     }
+
+
+def tail(log: IO[str], chars: int) -> str:
+    """The last ``chars`` characters a process wrote to its log file so far."""
+    log.seek(0)
+    return log.read()[-chars:]
 
 
 class StuckStop(UserWarning):
@@ -121,8 +127,7 @@ class Replica:
         )
 
     def output(self, chars: int = 4000) -> str:
-        self.log.seek(0)
-        return self.log.read()[-chars:]
+        return tail(self.log, chars)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -195,8 +200,7 @@ class ControllerProcess:
                 self.listening.set()
 
     def output(self, chars: int = 4000) -> str:
-        self.log.seek(0)
-        return self.log.read()[-chars:]
+        return tail(self.log, chars)
 
     def terminate(self, timeout_s: float = 120) -> int:
         """SIGTERM (what the kubelet sends first) and wait for the exit; its code."""
@@ -244,8 +248,7 @@ class SplitService:
         )
 
     def output(self, chars: int = 4000) -> str:
-        self.log.seek(0)
-        return self.log.read()[-chars:]
+        return tail(self.log, chars)
 
     def workers(self) -> list[int]:
         """The web worker processes' pids (the uvicorn supervisor's spawned children; not
