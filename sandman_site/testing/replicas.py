@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,7 +29,7 @@ from typing import IO, Any
 from django.conf import settings
 from django.db import connection
 
-from sandman_site.diagnostics import DUMP_SIGNAL
+from sandman_site.diagnostics import DUMP_SIGNAL, END
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,7 +73,7 @@ class StuckStop(UserWarning):
     threads (``sandman_site.diagnostics``) printed just before it was killed."""
 
 
-DUMP_WAIT_S = 2.0  # for the stacks to be printed; the process is killed after
+DUMP_WAIT_S = 5.0  # at most, for the whole dump (``END``); the process is killed after
 
 
 def interrupt(
@@ -87,8 +88,10 @@ def interrupt(
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.send_signal(DUMP_SIGNAL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=DUMP_WAIT_S)  # it may still end by itself meanwhile
+            until = time.monotonic() + DUMP_WAIT_S  # a process stuck outside Python never dumps
+            while log is not None and END not in log() and time.monotonic() < until:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=0.05)  # it may still end by itself meanwhile
             proc.kill()
             proc.wait()
             tail = log() if log is not None else "(no log)"
